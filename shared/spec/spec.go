@@ -1,0 +1,221 @@
+// Package spec is the one description of every AWS resource Sluice needs.
+//
+// The local provisioner (localstack/provision) and the CDK stack (infra/)
+// both read it, so the emulator and a real deployment cannot drift: a queue's
+// visibility timeout, its DLQ and redrive count, the table's key schema and
+// the bucket's notification filter are written down here once.
+package spec
+
+import (
+	"fmt"
+	"time"
+)
+
+// QueueID names a queue by its role in the pipeline.
+type QueueID string
+
+// The four queues of DESIGN.md §2.
+const (
+	// BlockEvents receives S3 ObjectCreated events for */meta.json. S3 cannot
+	// notify a FIFO queue, so this one is standard.
+	BlockEvents QueueID = "block-events"
+	// CompactionJobs carries one job per group version partition;
+	// MessageGroupId is the output block key.
+	CompactionJobs QueueID = "compaction-jobs"
+	// CleanerEvents carries "look at group g" notifications;
+	// MessageGroupId is tenant/group.
+	CleanerEvents QueueID = "cleaner-events"
+	// BlockOps carries PUBLISH / MARK / DELETE per block key;
+	// MessageGroupId is the block key <tenant>/<ULID>.
+	BlockOps QueueID = "block-ops"
+)
+
+// FunctionID names a Lambda function.
+type FunctionID string
+
+// The four functions of DESIGN.md §2.
+const (
+	Planner  FunctionID = "planner"
+	Compact  FunctionID = "compact"
+	Cleaner  FunctionID = "cleaner"
+	Uploader FunctionID = "uploader"
+)
+
+// Queue describes one queue and its dead-letter queue.
+type Queue struct {
+	ID QueueID
+	// FIFO queues use explicit deduplication ids (never content-based) and
+	// high-throughput mode (deduplication and throughput per message group).
+	FIFO bool
+	// Consumer is the function that the queue feeds.
+	Consumer FunctionID
+	// VisibilityTimeout is at least 6 × the consumer's timeout, as AWS
+	// recommends for Lambda event sources.
+	VisibilityTimeout time.Duration
+	// MaxReceiveCount is how often a message is received before it is
+	// moved to the DLQ.
+	MaxReceiveCount int
+	// BatchSize is the event source's batch size (≤ 10 for FIFO).
+	BatchSize int
+	// MaxConcurrency caps concurrent invocations from this queue (≥ 2).
+	MaxConcurrency int
+	// Retention is how long messages (and DLQ messages) are kept.
+	Retention time.Duration
+}
+
+// Function describes one Lambda function.
+type Function struct {
+	ID FunctionID
+	// Timeout of one invocation.
+	Timeout time.Duration
+	// MemoryMB of the function.
+	MemoryMB int
+	// EphemeralMB is /tmp size: the compact function downloads sources and
+	// writes its output there.
+	EphemeralMB int
+	// Sends lists the queues the function may send to; the CDK stack grants
+	// exactly these.
+	Sends []QueueID
+}
+
+// Table describes the one DynamoDB table of DESIGN.md §3.
+type Table struct {
+	PartitionKey string
+	SortKey      string
+	// TTLAttribute holds an epoch-seconds expiry for records that may be
+	// forgotten (retired blocks, finished groups' partitions).
+	TTLAttribute string
+}
+
+// Bucket describes the block bucket's notification and versioning needs.
+type Bucket struct {
+	// Versioned must be true: every DELETE names a VersionId (DESIGN.md §1).
+	Versioned bool
+	// NotifySuffix is the key suffix whose ObjectCreated events reach
+	// BlockEvents.
+	NotifySuffix string
+}
+
+// Resources is the whole set, named under one prefix.
+type Resources struct {
+	// Prefix is prepended to every physical name, so several stacks (or
+	// several tests) share one account or one emulator.
+	Prefix    string
+	Bucket    Bucket
+	Table     Table
+	Queues    []Queue
+	Functions []Function
+}
+
+// Default returns the resources of a Sluice deployment named prefix.
+func Default(prefix string) Resources {
+	fns := []Function{
+		{ID: Planner, Timeout: 60 * time.Second, MemoryMB: 512, EphemeralMB: 512,
+			Sends: []QueueID{CompactionJobs, CleanerEvents, BlockOps}},
+		{ID: Compact, Timeout: 900 * time.Second, MemoryMB: 4096, EphemeralMB: 10240,
+			Sends: []QueueID{CleanerEvents}},
+		{ID: Cleaner, Timeout: 120 * time.Second, MemoryMB: 512, EphemeralMB: 512,
+			Sends: []QueueID{BlockEvents, CompactionJobs, CleanerEvents, BlockOps}},
+		{ID: Uploader, Timeout: 60 * time.Second, MemoryMB: 256, EphemeralMB: 512,
+			Sends: []QueueID{CleanerEvents}},
+	}
+	r := Resources{
+		Prefix:    prefix,
+		Bucket:    Bucket{Versioned: true, NotifySuffix: "meta.json"},
+		Table:     Table{PartitionKey: "PK", SortKey: "SK", TTLAttribute: "expiresAt"},
+		Functions: fns,
+	}
+	q := func(id QueueID, fifo bool, fn FunctionID, batch, conc int) Queue {
+		return Queue{
+			ID: id, FIFO: fifo, Consumer: fn,
+			VisibilityTimeout: 6 * r.Function(fn).Timeout,
+			MaxReceiveCount:   5,
+			BatchSize:         batch,
+			MaxConcurrency:    conc,
+			Retention:         14 * 24 * time.Hour,
+		}
+	}
+	r.Queues = []Queue{
+		q(BlockEvents, false, Planner, 10, 10),
+		q(CompactionJobs, true, Compact, 1, 50),
+		q(CleanerEvents, true, Cleaner, 10, 5),
+		q(BlockOps, true, Uploader, 10, 20),
+	}
+	return r
+}
+
+// Function returns the function with id; it panics on an unknown id, which
+// is a programming error (ids are the constants above).
+func (r Resources) Function(id FunctionID) Function {
+	for _, f := range r.Functions {
+		if f.ID == id {
+			return f
+		}
+	}
+	panic(fmt.Sprintf("spec: unknown function %q", id))
+}
+
+// Queue returns the queue with id; it panics on an unknown id.
+func (r Resources) Queue(id QueueID) Queue {
+	for _, q := range r.Queues {
+		if q.ID == id {
+			return q
+		}
+	}
+	panic(fmt.Sprintf("spec: unknown queue %q", id))
+}
+
+// BucketName is the physical name of a bucket that Sluice creates.
+func (r Resources) BucketName() string { return r.Prefix + "-blocks" }
+
+// TableName is the physical name of the table.
+func (r Resources) TableName() string { return r.Prefix + "-state" }
+
+// QueueName is the physical name of a queue (".fifo" appended for FIFO).
+func (r Resources) QueueName(q Queue) string {
+	n := r.Prefix + "-" + string(q.ID)
+	if q.FIFO {
+		n += ".fifo"
+	}
+	return n
+}
+
+// DLQName is the physical name of a queue's dead-letter queue, of the same
+// kind as the queue.
+func (r Resources) DLQName(q Queue) string {
+	n := r.Prefix + "-" + string(q.ID) + "-dlq"
+	if q.FIFO {
+		n += ".fifo"
+	}
+	return n
+}
+
+// FunctionName is the physical name of a function.
+func (r Resources) FunctionName(f Function) string { return r.Prefix + "-" + string(f.ID) }
+
+// Environment variable names through which functions and the CLI learn the
+// resources. One place, so the CDK stack, the provisioner and
+// shared/config agree.
+const (
+	EnvBucket       = "SLUICE_BUCKET"
+	EnvTable        = "SLUICE_TABLE"
+	EnvBlockEvents  = "SLUICE_BLOCK_EVENTS_URL"
+	EnvJobsQueue    = "SLUICE_COMPACTION_JOBS_URL"
+	EnvCleanerQueue = "SLUICE_CLEANER_EVENTS_URL"
+	EnvBlockOps     = "SLUICE_BLOCK_OPS_URL"
+)
+
+// QueueURLEnv is the environment variable that carries a queue's URL.
+func QueueURLEnv(id QueueID) string {
+	switch id {
+	case BlockEvents:
+		return EnvBlockEvents
+	case CompactionJobs:
+		return EnvJobsQueue
+	case CleanerEvents:
+		return EnvCleanerQueue
+	case BlockOps:
+		return EnvBlockOps
+	}
+	panic(fmt.Sprintf("spec: unknown queue %q", id))
+}
