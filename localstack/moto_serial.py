@@ -1,0 +1,241 @@
+#!/usr/bin/env python3
+"""moto_serial: moto's server with conditional writes made atomic.
+
+moto's threaded server runs every request on its own thread, and moto's
+backends check a condition and then write without holding a lock. Under
+concurrent requests two writers can both see "attribute_not_exists" and both
+win (DESIGN.md §7 measured 1-5 double winners per 100 contended keys). Sluice's
+whole protocol rests on conditional writes having exactly one winner, so this
+wrapper puts moto's WSGI app behind ONE lock for every request whose effect
+depends on a condition or on shared queue state:
+
+  * DynamoDB: every request whose X-Amz-Target starts with "DynamoDB"
+    (PutItem, UpdateItem, TransactWriteItems, ... and reads, so a read never
+    sees half of a transaction);
+  * S3 conditional writes: PUT with If-None-Match or If-Match, DELETE with
+    If-Match, and the multipart POSTs (CompleteMultipartUpload checks
+    If-None-Match too);
+  * SQS over the JSON protocol (X-Amz-Target "AmazonSQS.*"): moto's
+    ReceiveMessage marks messages received without a lock, so two concurrent
+    receives can hand out the same message or two batches of one FIFO group.
+    A long poll (WaitTimeSeconds > 0) must not hold the lock while it waits,
+    so the wrapper turns it into short polls (WaitTimeSeconds = 0), each under
+    the lock, until a message arrives or the wait is over.
+
+Everything else (plain S3 GET/PUT/LIST, the moto API) runs concurrently, as in
+moto_server. S3 -> SQS notifications are sent by moto in-process during the
+S3 request, so they are delivered exactly as by moto_server.
+
+A request body is read completely before the lock is taken, so a slow client
+cannot hold the lock while it trickles bytes in.
+
+Environment:
+  SLUICE_EMULATOR_PORT       port to listen on (default 4566; -p overrides)
+  SLUICE_MOTO_UNSERIALISED=1 bypass the lock: ONLY to demonstrate the failure
+  SLUICE_MOTO_VERBOSE=1      log every request
+"""
+
+import argparse
+import io
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+
+from werkzeug.serving import run_simple
+
+from moto.moto_server.werkzeug_app import (
+    DomainDispatcherApplication,
+    create_backend_app,
+)
+
+log = logging.getLogger("moto_serial")
+
+# How often an emulated long poll looks for messages again.
+LONG_POLL_INTERVAL_S = 0.05
+
+
+def read_body(environ):
+    """Reads the request body completely and replaces wsgi.input with it."""
+    stream = environ.get("wsgi.input")
+    if stream is None:
+        return b""
+    length = environ.get("CONTENT_LENGTH")
+    if length:
+        body = stream.read(int(length))
+    elif environ.get("wsgi.input_terminated"):
+        body = stream.read()
+    else:
+        body = b""
+    environ["wsgi.input"] = io.BytesIO(body)
+    return body
+
+
+def set_body(environ, body):
+    environ["wsgi.input"] = io.BytesIO(body)
+    environ["CONTENT_LENGTH"] = str(len(body))
+
+
+def classify(environ):
+    """Returns "serial", "sqs-receive" or "" (run concurrently)."""
+    target = environ.get("HTTP_X_AMZ_TARGET", "")
+    if target.startswith("DynamoDB"):
+        return "serial"
+    if target.startswith("AmazonSQS."):
+        if target == "AmazonSQS.ReceiveMessage":
+            return "sqs-receive"
+        return "serial"
+    method = environ.get("REQUEST_METHOD", "")
+    query = environ.get("QUERY_STRING", "")
+    if method == "PUT" and (
+        environ.get("HTTP_IF_NONE_MATCH") or environ.get("HTTP_IF_MATCH")
+    ):
+        return "serial"
+    if method == "DELETE" and environ.get("HTTP_IF_MATCH"):
+        return "serial"
+    if method == "POST" and ("uploadId=" in query or "uploads" in query):
+        # CreateMultipartUpload / CompleteMultipartUpload.
+        return "serial"
+    return ""
+
+
+class Captured:
+    """A response produced under the lock and replayed outside it."""
+
+    def __init__(self):
+        self.status = "500 INTERNAL SERVER ERROR"
+        self.headers = []
+        self.body = b""
+
+    def call(self, app, environ):
+        def start_response(status, headers, exc_info=None):
+            self.status, self.headers = status, list(headers)
+            return lambda data: None
+
+        result = app(environ, start_response)
+        try:
+            self.body = b"".join(result)
+        finally:
+            if hasattr(result, "close"):
+                result.close()
+        return self
+
+    def replay(self, start_response):
+        headers = [(k, v) for k, v in self.headers if k.lower() != "content-length"]
+        headers.append(("Content-Length", str(len(self.body))))
+        start_response(self.status, headers)
+        return [self.body]
+
+
+class SerialisingApp:
+    """Runs the requests that classify() names one at a time."""
+
+    def __init__(self, app, serialise=True):
+        self.app = app
+        self.serialise = serialise
+        self.lock = threading.Lock()
+
+    def __call__(self, environ, start_response):
+        kind = classify(environ) if self.serialise else ""
+        if not kind:
+            return self.app(environ, start_response)
+        body = read_body(environ)
+        if kind == "sqs-receive":
+            return self.receive(environ, body, start_response)
+        with self.lock:
+            captured = Captured().call(self.app, environ)
+        return captured.replay(start_response)
+
+    def receive(self, environ, body, start_response):
+        """Emulates a long poll by short polls, each under the lock."""
+        try:
+            params = json.loads(body or b"{}")
+        except ValueError:
+            params = None
+        if not isinstance(params, dict):
+            with self.lock:
+                return Captured().call(self.app, environ).replay(start_response)
+        try:
+            wait = max(0, int(params.get("WaitTimeSeconds", 0)))
+        except (TypeError, ValueError):
+            wait = 0
+        if wait > 20:
+            wait = 0  # let moto reject the invalid value below
+            short = body
+        else:
+            params["WaitTimeSeconds"] = 0
+            short = json.dumps(params).encode()
+        deadline = time.monotonic() + wait
+        base = dict(environ)
+        while True:
+            env = dict(base)
+            set_body(env, short)
+            with self.lock:
+                captured = Captured().call(self.app, env)
+            if not captured.status.startswith("200") or time.monotonic() >= deadline:
+                break
+            try:
+                if json.loads(captured.body or b"{}").get("Messages"):
+                    break
+            except ValueError:
+                break
+            time.sleep(LONG_POLL_INTERVAL_S)
+        return captured.replay(start_response)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-H", "--host", default="127.0.0.1")
+    parser.add_argument(
+        "-p", "--port", type=int,
+        default=int(os.environ.get("SLUICE_EMULATOR_PORT", "4566")),
+    )
+    parser.add_argument(
+        "--setsid", action="store_true",
+        help="lead a new session and process group, so stop.sh can end it whole",
+    )
+    args = parser.parse_args(argv)
+
+    if args.setsid:
+        try:
+            os.setsid()
+        except OSError:
+            pass  # already a group leader: it owns its group anyway
+
+    # moto builds URLs (queue URLs, presigned URLs) from MOTO_PORT.
+    os.environ["MOTO_PORT"] = str(args.port)
+    verbose = os.environ.get("SLUICE_MOTO_VERBOSE") == "1"
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    logging.getLogger("werkzeug").setLevel(logging.INFO if verbose else logging.WARNING)
+
+    serialise = os.environ.get("SLUICE_MOTO_UNSERIALISED") != "1"
+    if not serialise:
+        log.warning("SLUICE_MOTO_UNSERIALISED=1: conditional writes are NOT atomic")
+
+    def stop(signum, frame):
+        # All state is in memory and nothing needs flushing but the log;
+        # os._exit skips the interpreter's slow teardown of moto's modules.
+        log.info("moto_serial stopping (signal %d)", signum)
+        logging.shutdown()
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
+    dispatcher = DomainDispatcherApplication(create_backend_app)
+    app = SerialisingApp(dispatcher, serialise=serialise)
+    log.info(
+        "moto_serial listening on http://%s:%d (serialised=%s)",
+        args.host, args.port, serialise,
+    )
+    run_simple(args.host, args.port, app, threaded=True, use_reloader=False)
+
+
+if __name__ == "__main__":
+    main()
