@@ -1,0 +1,151 @@
+package spec
+
+import "time"
+
+// This file holds what only a real AWS deployment needs on top of the
+// resources in spec.go: the deployment's bucket layout settings, each
+// function's IAM permissions, the alarm thresholds and the cleaner's
+// schedule. The CDK stack (infra/) grants exactly these and its tests
+// assert them; the emulator does not enforce IAM, so a function that needs
+// more than is written here fails only in AWS — add the action here first.
+
+// Environment variables that tell functions and the CLI where blocks live
+// in the bucket. They complement the Env* names in spec.go.
+const (
+	// EnvKeyPrefix is the key prefix under which blocks live ("" = the
+	// bucket root, otherwise it ends with "/"), e.g. "prometheus/".
+	EnvKeyPrefix = "SLUICE_PREFIX"
+	// EnvLayout is the bucket layout: LayoutMultiTenant or
+	// LayoutSingleTenant. Unset means LayoutMultiTenant.
+	EnvLayout = "SLUICE_LAYOUT"
+)
+
+// Bucket layouts (DESIGN.md §1).
+const (
+	// LayoutMultiTenant is <prefix><tenant>/<ULID>/... (Cortex, Mimir).
+	LayoutMultiTenant = "multi-tenant"
+	// LayoutSingleTenant is <prefix><ULID>/... (a Thanos bucket).
+	LayoutSingleTenant = "single-tenant"
+)
+
+// SweepEvent is the payload of the scheduled event that invokes the cleaner
+// for a sweep (DESIGN.md §4.3: "per notification, and on a schedule").
+const SweepEvent = `{"sluice":"sweep"}`
+
+// DefaultSweepInterval is how often the schedule invokes the cleaner.
+const DefaultSweepInterval = 5 * time.Minute
+
+// ObjectPattern is an IAM resource pattern for object keys, relative to the
+// deployment's key prefix. The leading "*/" stands for "<tenant>/<ULID>/"
+// in a multi-tenant bucket and "<ULID>/" in a single-tenant one.
+type ObjectPattern string
+
+// The files of a block (DESIGN.md §1).
+const (
+	MetaObjects          ObjectPattern = "*/meta.json"
+	IndexObjects         ObjectPattern = "*/index"
+	ChunkObjects         ObjectPattern = "*/chunks/*"
+	DeletionMarkObjects  ObjectPattern = "*/deletion-mark.json"
+	NoCompactMarkObjects ObjectPattern = "*/no-compact-mark.json"
+)
+
+// BlockObjects is every file a block may have.
+var BlockObjects = []ObjectPattern{MetaObjects, IndexObjects, ChunkObjects, DeletionMarkObjects, NoCompactMarkObjects}
+
+// S3 action sets. None is a wildcard: every action is spelled out.
+var (
+	// S3Read reads an object or its metadata, by key or by VersionId.
+	// HeadObject is authorised by the same two actions.
+	S3Read = []string{"s3:GetObject", "s3:GetObjectVersion"}
+	// S3Write creates objects, single-part or multipart (CreateMultipartUpload,
+	// UploadPart and CompleteMultipartUpload are authorised by s3:PutObject).
+	S3Write = []string{"s3:PutObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"}
+	// S3Delete removes an object version (DESIGN.md §1: every DELETE names
+	// a VersionId) or, for a key without versions, the object.
+	S3Delete = []string{"s3:DeleteObject", "s3:DeleteObjectVersion"}
+	// S3ListKeys lists keys. It is granted only with an s3:prefix condition
+	// on the deployment's key prefix. Without it, reading a missing key
+	// answers 403 instead of 404.
+	S3ListKeys = []string{"s3:ListBucket"}
+	// S3ListVersions lists object versions (ListObjectVersions), under the
+	// same s3:prefix condition.
+	S3ListVersions = []string{"s3:ListBucketVersions"}
+)
+
+// DynamoDB action sets on the one table. TransactWriteItems is authorised
+// per item by PutItem, UpdateItem, DeleteItem and ConditionCheckItem;
+// TransactGetItems by GetItem. No function deletes an item: records end
+// by state and TTL.
+var (
+	DynamoRead  = []string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query"}
+	DynamoWrite = []string{"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"}
+	// DynamoScan is for the cleaner's scheduled sweep only: it looks for
+	// group versions that are stuck or left halfway, which no key names.
+	DynamoScan = []string{"dynamodb:Scan"}
+)
+
+// S3Grant allows Actions on the objects matching any of Objects.
+type S3Grant struct {
+	Actions []string
+	Objects []ObjectPattern
+}
+
+// Permissions is what one function may do beyond consuming its own queue
+// (Queue.Consumer) and sending to Function.Sends.
+type Permissions struct {
+	// S3 are the object-level grants.
+	S3 []S3Grant
+	// S3List are the bucket-level list actions, scoped to the key prefix.
+	S3List []string
+	// DynamoDB are the item actions on the table.
+	DynamoDB []string
+}
+
+// Permissions returns the IAM permissions of function id.
+//
+//   - planner: reads block files (meta.json; HEADs of index and chunks to
+//     learn VersionIds; the markers, to honour no-compact marks) and lists
+//     one block's prefix for plain Prometheus blocks without thanos.files.
+//   - compact: reads source blocks; writes its output's index and chunks,
+//     never meta.json or a marker (the uploader publishes).
+//   - cleaner: reads block files and lists versions for the orphan sweep;
+//     it deletes nothing itself, it sends DELETE ops.
+//   - uploader: the ONLY writer of meta.json and markers and the ONLY
+//     deleter.
+func (r Resources) Permissions(id FunctionID) Permissions {
+	read := S3Grant{Actions: S3Read, Objects: BlockObjects}
+	list := append(append([]string{}, S3ListKeys...), S3ListVersions...)
+	rw := append(append([]string{}, DynamoRead...), DynamoWrite...)
+	switch id {
+	case Planner:
+		return Permissions{S3: []S3Grant{read}, S3List: list, DynamoDB: rw}
+	case Compact:
+		return Permissions{
+			S3:       []S3Grant{read, {Actions: S3Write, Objects: []ObjectPattern{IndexObjects, ChunkObjects}}},
+			S3List:   S3ListKeys,
+			DynamoDB: rw,
+		}
+	case Cleaner:
+		return Permissions{S3: []S3Grant{read}, S3List: list, DynamoDB: append(rw, DynamoScan...)}
+	case Uploader:
+		return Permissions{
+			S3: []S3Grant{
+				read,
+				{Actions: S3Write, Objects: []ObjectPattern{MetaObjects, DeletionMarkObjects, NoCompactMarkObjects}},
+				{Actions: S3Delete, Objects: BlockObjects},
+			},
+			S3List: S3ListKeys,
+			// It checks a block's gen and records what it wrote or deleted;
+			// it never creates a record.
+			DynamoDB: append(append([]string{}, DynamoRead...), "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"),
+		}
+	}
+	panic("spec: unknown function " + string(id))
+}
+
+// AgeAlarm is the age of a queue's oldest message above which the queue's
+// alarm fires: two visibility timeouts (a message that old has failed at
+// least once or waits behind a backlog), and never less than 15 minutes.
+func (q Queue) AgeAlarm() time.Duration {
+	return max(15*time.Minute, 2*q.VisibilityTimeout)
+}
