@@ -1,0 +1,153 @@
+// Package config loads a function's configuration from the environment,
+// in one place, with every default documented. A zero or unset value means
+// the documented default, never "off".
+package config
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-dev/sluice/shared/blockkey"
+	"github.com/sluice-dev/sluice/shared/messages"
+	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/spec"
+)
+
+// Config is what every Sluice function and the CLI need to know.
+type Config struct {
+	// Bucket holds the blocks (SLUICE_BUCKET, required).
+	Bucket string
+	// Table is the state table (SLUICE_TABLE, required).
+	Table string
+	// Queues are the queue URLs (SLUICE_*_URL). A function needs only the
+	// ones it sends to; a send to a missing one fails with a clear error.
+	Queues messages.Queues
+	// Layout is where blocks live in the bucket (SLUICE_PREFIX,
+	// SLUICE_LAYOUT, SLUICE_TENANT for a single-tenant bucket).
+	Layout blockkey.Layout
+	// Policy is the planning policy. SLUICE_RANGES ("12h,24h"),
+	// SLUICE_CLOSE_DELAY (1h), SLUICE_MAX_SERIES_PER_PARTITION (2000000),
+	// SLUICE_MAX_INDEX_BYTES_PER_PARTITION (2 GiB).
+	Policy planning.Policy
+	// DeletionDelay is how long a retired source stays readable, with its
+	// deletion mark, before it is deleted (SLUICE_DELETION_DELAY, default
+	// 48h as Thanos' --delete-delay).
+	DeletionDelay time.Duration
+	// LeaseDuration is how long a compaction job holds its partition
+	// (SLUICE_LEASE_DURATION, default 20m: longer than the compact
+	// function's 15 min timeout, so a live job never loses its lease).
+	LeaseDuration time.Duration
+	// StuckAfter is how long a version may make no progress before the
+	// cleaner supersedes it (SLUICE_STUCK_AFTER, default 3h: longer than a
+	// job's 5 receives × its 90 min visibility timeout would need... capped
+	// by what operators tolerate; see docs/protocol.md).
+	StuckAfter time.Duration
+	// RedriveAfter is how long a partition may sit PENDING or with an
+	// expired lease before the sweep re-sends its job
+	// (SLUICE_REDRIVE_AFTER, default 30m).
+	RedriveAfter time.Duration
+	// OrphanDelay is when the second orphan sweep of a final version runs,
+	// after the longest a job can run (SLUICE_ORPHAN_DELAY, default 30m).
+	OrphanDelay time.Duration
+	// ScratchDir is where the compact function works (SLUICE_SCRATCH_DIR,
+	// default os.TempDir()).
+	ScratchDir string
+	// DownloadParallelism bounds concurrent object downloads
+	// (SLUICE_DOWNLOAD_PARALLELISM, default 8).
+	DownloadParallelism int
+}
+
+// FromEnv loads the configuration from the process environment.
+func FromEnv() (Config, error) { return Load(os.Getenv) }
+
+// Load loads the configuration through getenv (tests pass a map's lookup).
+func Load(getenv func(string) string) (Config, error) {
+	c := Config{
+		Bucket: getenv(spec.EnvBucket),
+		Table:  getenv(spec.EnvTable),
+		Queues: messages.Queues{
+			BlockEvents:    getenv(spec.EnvBlockEvents),
+			CompactionJobs: getenv(spec.EnvJobsQueue),
+			CleanerEvents:  getenv(spec.EnvCleanerQueue),
+			BlockOps:       getenv(spec.EnvBlockOps),
+		},
+		ScratchDir: getenv("SLUICE_SCRATCH_DIR"),
+	}
+	var errs []string
+	if c.Bucket == "" {
+		errs = append(errs, spec.EnvBucket+" is not set")
+	}
+	if c.Table == "" {
+		errs = append(errs, spec.EnvTable+" is not set")
+	}
+	c.Layout.Prefix = getenv(spec.EnvKeyPrefix)
+	switch l := getenv(spec.EnvLayout); l {
+	case "", spec.LayoutMultiTenant:
+	case spec.LayoutSingleTenant:
+		c.Layout.SingleTenant = getenv("SLUICE_TENANT")
+		if c.Layout.SingleTenant == "" {
+			errs = append(errs, "SLUICE_TENANT must name the tenant of a single-tenant bucket")
+		}
+	default:
+		errs = append(errs, fmt.Sprintf("%s=%q: want %s or %s", spec.EnvLayout, l, spec.LayoutMultiTenant, spec.LayoutSingleTenant))
+	}
+	dur := func(name string, def time.Duration) time.Duration {
+		v := getenv(name)
+		if v == "" {
+			return def
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			errs = append(errs, fmt.Sprintf("%s=%q is not a positive duration", name, v))
+			return def
+		}
+		return d
+	}
+	num := func(name string) uint64 {
+		v := getenv(name)
+		if v == "" {
+			return 0
+		}
+		x, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("%s=%q is not a whole number", name, v))
+		}
+		return x
+	}
+	if r := getenv("SLUICE_RANGES"); r != "" {
+		for _, part := range strings.Split(r, ",") {
+			d, err := time.ParseDuration(strings.TrimSpace(part))
+			if err != nil {
+				errs = append(errs, fmt.Sprintf("SLUICE_RANGES=%q: %v", r, err))
+				break
+			}
+			c.Policy.Ranges = append(c.Policy.Ranges, d)
+		}
+	}
+	c.Policy.CloseDelay = dur("SLUICE_CLOSE_DELAY", 0)
+	c.Policy.MaxSeriesPerPartition = num("SLUICE_MAX_SERIES_PER_PARTITION")
+	c.Policy.MaxIndexBytesPerPartition = num("SLUICE_MAX_INDEX_BYTES_PER_PARTITION")
+	c.Policy = c.Policy.Defaults()
+	if err := c.Policy.Validate(); err != nil {
+		errs = append(errs, err.Error())
+	}
+	c.DeletionDelay = dur("SLUICE_DELETION_DELAY", 48*time.Hour)
+	c.LeaseDuration = dur("SLUICE_LEASE_DURATION", 20*time.Minute)
+	c.StuckAfter = dur("SLUICE_STUCK_AFTER", 3*time.Hour)
+	c.RedriveAfter = dur("SLUICE_REDRIVE_AFTER", 30*time.Minute)
+	c.OrphanDelay = dur("SLUICE_ORPHAN_DELAY", 30*time.Minute)
+	if c.ScratchDir == "" {
+		c.ScratchDir = os.TempDir()
+	}
+	c.DownloadParallelism = int(num("SLUICE_DOWNLOAD_PARALLELISM"))
+	if c.DownloadParallelism == 0 {
+		c.DownloadParallelism = 8
+	}
+	if len(errs) > 0 {
+		return Config{}, fmt.Errorf("config: %s", strings.Join(errs, "; "))
+	}
+	return c, nil
+}

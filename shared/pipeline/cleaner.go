@@ -1,0 +1,508 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/sluice-dev/sluice/shared/messages"
+	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/records"
+)
+
+// Cleaner completes group versions, makes outputs live, retires sources,
+// supersedes stuck versions and sweeps orphans (DESIGN.md §4.3).
+type Cleaner struct{ *Deps }
+
+// Handle processes a batch from the cleaner-events queue.
+func (c Cleaner) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	return eachMessage(ctx, c.Logger, "cleaner", ev, func(ctx context.Context, m events.SQSMessage) error {
+		msg, err := messages.Decode(m.Body)
+		if err != nil {
+			return fmt.Errorf("cleaner: message %s: %w", m.MessageId, err)
+		}
+		switch v := msg.(type) {
+		case messages.CleanerNote:
+			g, err := planning.ParseGroupKey(v.Group)
+			if err != nil {
+				return err
+			}
+			return c.Advance(ctx, v.Tenant, g, false)
+		case messages.Sweep:
+			return c.Sweep(ctx)
+		}
+		return fmt.Errorf("cleaner: unexpected %T on the cleaner-events queue", msg)
+	}), nil
+}
+
+// HandleInvoke is the Lambda entry point: an SQS batch, or the schedule's
+// sweep event (spec.SweepEvent) delivered directly.
+func (c Cleaner) HandleInvoke(ctx context.Context, raw json.RawMessage) (any, error) {
+	var probe struct {
+		Records []json.RawMessage `json:"Records"`
+		Sluice  string            `json:"sluice"`
+	}
+	if err := json.Unmarshal(raw, &probe); err != nil {
+		return nil, fmt.Errorf("cleaner: undecodable invocation: %w", err)
+	}
+	if probe.Sluice == string(messages.KindSweep) {
+		return nil, c.Sweep(ctx)
+	}
+	var ev events.SQSEvent
+	if err := json.Unmarshal(raw, &ev); err != nil {
+		return nil, fmt.Errorf("cleaner: undecodable SQS event: %w", err)
+	}
+	return c.Handle(ctx, ev)
+}
+
+// Advance takes group g one or more idempotent steps towards a final
+// state. sweeping is true when the sweep calls it: only then are stuck
+// versions superseded and lost jobs re-sent.
+func (c Cleaner) Advance(ctx context.Context, tenant string, g planning.GroupKey, sweeping bool) error {
+	head, ok, err := c.Store.GetGroup(ctx, tenant, g)
+	if err != nil || !ok {
+		return err
+	}
+	log := c.Logger.With("tenant", tenant, "group", g.String(), "version", head.Version, "state", head.State)
+	now := c.now()
+	switch head.State {
+	case records.GroupClaiming:
+		if sweeping && now.UnixMilli()-head.UpdatedAt > c.Config.StuckAfter.Milliseconds() {
+			return c.supersede(ctx, head, records.GroupClaiming, "claiming made no progress")
+		}
+		return nil
+	case records.GroupPlanned:
+		parts, err := c.Store.Partitions(ctx, tenant, g, head.Version)
+		if err != nil {
+			return err
+		}
+		if !allDone(parts, head.Partitions) {
+			if sweeping {
+				return c.redrive(ctx, head, parts)
+			}
+			return nil
+		}
+		if err := c.step(ctx, "cleaner.before-complete", head.Ref()); err != nil {
+			return err
+		}
+		if err := c.Store.Complete(ctx, head, now); err != nil {
+			if records.IsConditionLost(err) {
+				log.InfoContext(ctx, "completion lost its condition; someone else moved the group", "lost", err)
+				return nil
+			}
+			return err
+		}
+		log.InfoContext(ctx, "version complete", "partitions", head.Partitions)
+		head.State = records.GroupComplete
+		return c.finishComplete(ctx, head, parts)
+	case records.GroupComplete:
+		parts, err := c.Store.Partitions(ctx, tenant, g, head.Version)
+		if err != nil {
+			return err
+		}
+		return c.finishComplete(ctx, head, parts)
+	case records.GroupSuperseded:
+		return c.cleanupSuperseded(ctx, head)
+	case records.GroupRetired:
+		if !sweeping {
+			return nil
+		}
+		parts, err := c.Store.Partitions(ctx, tenant, g, head.Version)
+		if err != nil {
+			return err
+		}
+		return c.finishRetired(ctx, head, parts)
+	}
+	return nil
+}
+
+func allDone(parts []records.Partition, n int) bool {
+	if len(parts) != n {
+		return false
+	}
+	for _, p := range parts {
+		if p.State != records.PartitionDone {
+			return false
+		}
+	}
+	return true
+}
+
+// finishComplete re-drives a COMPLETE version until it is RETIRED: outputs
+// PENDING → LIVE with PUBLISH ops; once every output is published, sources
+// CLAIMED → RETIRING with MARK ops; then RETIRED and a re-plan of the group
+// and of the next level. Each step is idempotent.
+func (c Cleaner) finishComplete(ctx context.Context, head records.Group, parts []records.Partition) error {
+	log := c.Logger.With("tenant", head.Tenant, "group", head.Key.String(), "version", head.Version)
+	now := c.now()
+	var outIDs []string
+	for _, p := range parts {
+		if p.Output != "" {
+			outIDs = append(outIDs, p.Output)
+		}
+	}
+	outs, err := c.Store.GetBlocks(ctx, head.Tenant, outIDs)
+	if err != nil {
+		return err
+	}
+	if len(outs) != len(outIDs) {
+		return fmt.Errorf("complete %s: %d of %d output records missing", head.Ref(), len(outIDs)-len(outs), len(outIDs))
+	}
+	published := 0
+	for _, b := range outs {
+		switch {
+		case b.State == records.BlockPending:
+			if err := c.step(ctx, "cleaner.before-activate", b.Key()); err != nil {
+				return err
+			}
+			gen, err := c.Store.Activate(ctx, b, now)
+			if err != nil {
+				if records.IsConditionLost(err) {
+					log.InfoContext(ctx, "output activation lost; re-driven later", "block", b.ID, "lost", err)
+					continue
+				}
+				return err
+			}
+			if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpPublish, Tenant: b.Tenant, Block: b.ID, Gen: gen}); err != nil {
+				return err
+			}
+		case b.State == records.BlockLive && !b.Published:
+			if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpPublish, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen}); err != nil {
+				return err
+			}
+		case b.Published:
+			published++
+		}
+	}
+	if published < len(outs) {
+		log.InfoContext(ctx, "waiting for outputs to be published", "published", published, "outputs", len(outs))
+		return nil
+	}
+	srcs, err := c.Store.GetBlocks(ctx, head.Tenant, head.Sources)
+	if err != nil {
+		return err
+	}
+	for _, b := range srcs {
+		switch {
+		case b.State == records.BlockClaimed && b.ClaimedBy == head.Ref():
+			if err := c.step(ctx, "cleaner.before-retire", b.Key()); err != nil {
+				return err
+			}
+			gen, err := c.Store.Retire(ctx, head.Ref(), b, now.Add(c.Config.DeletionDelay), now)
+			if err != nil {
+				if records.IsConditionLost(err) {
+					log.InfoContext(ctx, "retiring a source lost its condition", "block", b.ID, "lost", err)
+					continue
+				}
+				return err
+			}
+			if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpMark, Tenant: b.Tenant, Block: b.ID, Gen: gen}); err != nil {
+				return err
+			}
+		case b.State == records.BlockRetiring && b.MarkVersionID == "":
+			if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpMark, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen}); err != nil {
+				return err
+			}
+		}
+	}
+	if err := c.Store.SetGroupState(ctx, head, records.GroupComplete, records.GroupRetired, now); err != nil {
+		if records.IsConditionLost(err) {
+			return nil
+		}
+		return err
+	}
+	head.State = records.GroupRetired
+	log.InfoContext(ctx, "version retired", "outputs", len(outs), "sources", len(srcs))
+	return c.finishRetired(ctx, head, parts)
+}
+
+// finishRetired runs the first orphan sweep of a retired version, takes it
+// off the active agenda (scheduling the second sweep) and re-plans.
+func (c Cleaner) finishRetired(ctx context.Context, head records.Group, parts []records.Partition) error {
+	if err := c.orphans(ctx, head, parts); err != nil {
+		return err
+	}
+	if err := c.Store.FinishVersion(ctx, head, c.now().Add(c.Config.OrphanDelay)); err != nil && !records.IsConditionLost(err) {
+		return err
+	}
+	return c.replan(ctx, head)
+}
+
+// replan asks the planner to look at the group again (blocks may have
+// arrived while it was busy) and at the next level's group.
+func (c Cleaner) replan(ctx context.Context, head records.Group) error {
+	groups := []planning.GroupKey{head.Key}
+	if parent, ok := c.Config.Policy.Parent(head.Key); ok {
+		groups = append(groups, parent)
+	}
+	for _, g := range groups {
+		if err := c.Send.Plan(ctx, messages.PlanRequest{Tenant: head.Tenant, Group: g.String(), Why: "after " + head.Ref()}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// supersede abandons a stuck version: CLAIMING|PLANNED → SUPERSEDED, then
+// its cleanup. A job of a superseded version fails its commit: fencing,
+// not timing, keeps it out.
+func (c Cleaner) supersede(ctx context.Context, head records.Group, from records.GroupState, why string) error {
+	if err := c.step(ctx, "cleaner.before-supersede", head.Ref()); err != nil {
+		return err
+	}
+	if err := c.Store.SetGroupState(ctx, head, from, records.GroupSuperseded, c.now()); err != nil {
+		if records.IsConditionLost(err) {
+			return nil
+		}
+		return err
+	}
+	c.Logger.WarnContext(ctx, "version superseded", "tenant", head.Tenant, "group", head.Key.String(), "version", head.Version, "why", why)
+	head.State = records.GroupSuperseded
+	return c.cleanupSuperseded(ctx, head)
+}
+
+// cleanupSuperseded releases a superseded version's claims, discards its
+// outputs (DELETE ops), sweeps orphans under its output keys, takes it off
+// the agenda and re-plans. Idempotent.
+func (c Cleaner) cleanupSuperseded(ctx context.Context, head records.Group) error {
+	now := c.now()
+	srcs, err := c.Store.GetBlocks(ctx, head.Tenant, head.Sources)
+	if err != nil {
+		return err
+	}
+	for _, b := range srcs {
+		if b.State == records.BlockClaimed && b.ClaimedBy == head.Ref() {
+			if err := c.Store.ReleaseClaim(ctx, head.Ref(), b, now); err != nil && !records.IsConditionLost(err) {
+				return err
+			}
+		}
+	}
+	parts, err := c.Store.Partitions(ctx, head.Tenant, head.Key, head.Version)
+	if err != nil {
+		return err
+	}
+	var outIDs []string
+	for _, p := range parts {
+		if p.Output != "" {
+			outIDs = append(outIDs, p.Output)
+		}
+	}
+	outs, err := c.Store.GetBlocks(ctx, head.Tenant, outIDs)
+	if err != nil {
+		return err
+	}
+	for _, b := range outs {
+		if b.State != records.BlockPending {
+			continue
+		}
+		gen, err := c.Store.Discard(ctx, b, now)
+		if err != nil {
+			if records.IsConditionLost(err) {
+				continue
+			}
+			return err
+		}
+		if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpDelete, Tenant: b.Tenant, Block: b.ID, Gen: gen}); err != nil {
+			return err
+		}
+	}
+	if err := c.orphans(ctx, head, parts); err != nil {
+		return err
+	}
+	if err := c.Store.FinishVersion(ctx, head, now.Add(c.Config.OrphanDelay)); err != nil && !records.IsConditionLost(err) {
+		return err
+	}
+	return c.replan(ctx, head)
+}
+
+// orphans deletes every object version under the output keys of a final
+// version that no record names: objects of attempts that lost. It lists
+// only those blocks' own prefixes.
+func (c Cleaner) orphans(ctx context.Context, head records.Group, parts []records.Partition) error {
+	for _, p := range parts {
+		out := outputULID(records.Group{Tenant: head.Tenant, Key: head.Key, Version: head.Version, CreatedAt: p.CreatedAt}, p.Index)
+		id := out.String()
+		rec, known, err := c.Store.GetBlock(ctx, head.Tenant, id)
+		if err != nil {
+			return err
+		}
+		k, err := c.Config.Layout.Block(head.Tenant, out)
+		if err != nil {
+			return err
+		}
+		prefix := k.BlockPrefix()
+		var stray []messages.StrayVersion
+		in := &s3.ListObjectVersionsInput{Bucket: aws.String(c.Config.Bucket), Prefix: aws.String(prefix)}
+		for {
+			res, err := c.S3.ListObjectVersions(ctx, in)
+			if err != nil {
+				return fmt.Errorf("orphans of %s: list %s: %w", head.Ref(), prefix, err)
+			}
+			for _, v := range res.Versions {
+				rel := strings.TrimPrefix(aws.ToString(v.Key), prefix)
+				vid := aws.ToString(v.VersionId)
+				if known && rec.Names(rel, vid) {
+					continue
+				}
+				stray = append(stray, messages.StrayVersion{RelPath: rel, VersionID: vid})
+			}
+			if !aws.ToBool(res.IsTruncated) {
+				break
+			}
+			in.KeyMarker, in.VersionIdMarker = res.NextKeyMarker, res.NextVersionIdMarker
+		}
+		if len(stray) == 0 {
+			continue
+		}
+		gen := int64(0)
+		if known {
+			gen = rec.Gen
+		}
+		c.Logger.WarnContext(ctx, "orphaned object versions found; deleting", "tenant", head.Tenant, "block", id,
+			"group", head.Key.String(), "version", head.Version, "versions", len(stray))
+		if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpDeleteStray, Tenant: head.Tenant, Block: id, Gen: gen,
+			Stray: stray, Nonce: fmt.Sprintf("orphans-%d", c.now().UnixMilli())}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// redrive re-sends the jobs of partitions that have sat PENDING, or with
+// an expired lease, for longer than RedriveAfter, and supersedes a version
+// with no progress for StuckAfter.
+func (c Cleaner) redrive(ctx context.Context, head records.Group, parts []records.Partition) error {
+	now := c.now().UnixMilli()
+	last := head.UpdatedAt
+	var lost []int
+	for _, p := range parts {
+		last = max(last, p.UpdatedAt)
+		stale := now-p.UpdatedAt > c.Config.RedriveAfter.Milliseconds()
+		if (p.State == records.PartitionPending && stale) || (p.State == records.PartitionRunning && p.LeaseUntil < now) {
+			lost = append(lost, p.Index)
+		}
+	}
+	if now-last > c.Config.StuckAfter.Milliseconds() {
+		return c.supersede(ctx, head, records.GroupPlanned, "no partition made progress")
+	}
+	if len(lost) == 0 {
+		return nil
+	}
+	return sendJobs(ctx, c.Deps, head, lost, now)
+}
+
+// Sweep is the scheduled pass: re-drive every unfinished version, delete
+// retired blocks whose delay is over, re-plan ranges that closed, and run
+// second orphan sweeps that are due.
+func (c Cleaner) Sweep(ctx context.Context) error {
+	now := c.now()
+	c.Logger.InfoContext(ctx, "sweep started")
+	var errs []error
+	active, err := c.Store.Due(ctx, records.AgendaActive, now)
+	if err != nil {
+		return err
+	}
+	for _, e := range active {
+		g, err := planning.ParseGroupKey(e.Subject)
+		if err == nil {
+			err = c.Advance(ctx, e.Tenant, g, true)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("advance %s/%s: %w", e.Tenant, e.Subject, err))
+		}
+	}
+	deletes, err := c.Store.Due(ctx, records.AgendaDelete, now)
+	if err != nil {
+		return err
+	}
+	for _, e := range deletes {
+		if err := c.deleteRetired(ctx, e); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	ranges, err := c.Store.Due(ctx, records.AgendaRange, now)
+	if err != nil {
+		return err
+	}
+	for _, e := range ranges {
+		if err := c.Send.Plan(ctx, messages.PlanRequest{Tenant: e.Tenant, Group: e.Subject, Why: "range closed"}); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := c.Store.DoneAgenda(ctx, e); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	orphans, err := c.Store.Due(ctx, records.AgendaOrphans, now)
+	if err != nil {
+		return err
+	}
+	for _, e := range orphans {
+		if err := c.secondOrphanSweep(ctx, e); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	c.Logger.InfoContext(ctx, "sweep done", "active", len(active), "deletes", len(deletes), "ranges", len(ranges),
+		"orphanSweeps", len(orphans), "errors", len(errs))
+	if len(errs) > 0 {
+		return fmt.Errorf("sweep: %d errors, first: %w", len(errs), errs[0])
+	}
+	return nil
+}
+
+// deleteRetired moves a RETIRING block past its delay to DELETED and sends
+// its DELETE op.
+func (c Cleaner) deleteRetired(ctx context.Context, e records.AgendaEntry) error {
+	b, ok, err := c.Store.GetBlock(ctx, e.Tenant, e.Subject)
+	if err != nil {
+		return err
+	}
+	if !ok || b.State != records.BlockRetiring {
+		return c.Store.DoneAgenda(ctx, e)
+	}
+	if b.MarkVersionID == "" {
+		c.Logger.WarnContext(ctx, "deleting a retired block whose deletion mark was never recorded", "tenant", b.Tenant, "block", b.ID)
+	}
+	if err := c.step(ctx, "cleaner.before-delete", b.Key()); err != nil {
+		return err
+	}
+	gen, err := c.Store.StartDelete(ctx, b, memberRanges(c.Config.Policy, b.Level, b.MinT, b.MaxT), c.now())
+	if err != nil {
+		if records.IsConditionLost(err) {
+			return nil
+		}
+		return err
+	}
+	return c.Send.Op(ctx, messages.BlockOp{Op: messages.OpDelete, Tenant: b.Tenant, Block: b.ID, Gen: gen})
+}
+
+func (c Cleaner) secondOrphanSweep(ctx context.Context, e records.AgendaEntry) error {
+	var gs string
+	var v int64
+	at := strings.LastIndex(e.Subject, "@v")
+	if at < 0 {
+		return c.Store.DoneAgenda(ctx, e)
+	}
+	gs = e.Subject[:at]
+	if _, err := fmt.Sscan(e.Subject[at+2:], &v); err != nil {
+		return c.Store.DoneAgenda(ctx, e)
+	}
+	g, err := planning.ParseGroupKey(gs)
+	if err != nil {
+		return c.Store.DoneAgenda(ctx, e)
+	}
+	parts, err := c.Store.Partitions(ctx, e.Tenant, g, v)
+	if err != nil {
+		return err
+	}
+	version := records.Group{Tenant: e.Tenant, Key: g, Version: v, Partitions: len(parts)}
+	if err := c.orphans(ctx, version, parts); err != nil {
+		return err
+	}
+	return c.Store.DoneAgenda(ctx, e)
+}

@@ -1,0 +1,119 @@
+// Package pipeline holds Sluice's four handlers — planner, compact, cleaner
+// and uploader — each a plain function of (context, events.SQSEvent) that
+// returns per-message failures, as Lambda's SQS event source expects.
+//
+// Handlers execute the protocol of DESIGN.md §4: they read records, ask the
+// planning policy what to do, and make every state change through
+// shared/records, where each is one conditional write or transaction. A
+// lost condition is a normal outcome: logged with what it lost to, and the
+// message is acknowledged. Only real failures (AWS errors, a malformed
+// message) fail the message, so SQS redelivers it and finally moves it to
+// the DLQ.
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/sluice-dev/sluice/shared/config"
+	"github.com/sluice-dev/sluice/shared/messages"
+	"github.com/sluice-dev/sluice/shared/records"
+)
+
+// S3 is the part of the S3 client the handlers use.
+type S3 interface {
+	GetObject(ctx context.Context, in *s3.GetObjectInput, opts ...func(*s3.Options)) (*s3.GetObjectOutput, error)
+	HeadObject(ctx context.Context, in *s3.HeadObjectInput, opts ...func(*s3.Options)) (*s3.HeadObjectOutput, error)
+	PutObject(ctx context.Context, in *s3.PutObjectInput, opts ...func(*s3.Options)) (*s3.PutObjectOutput, error)
+	DeleteObject(ctx context.Context, in *s3.DeleteObjectInput, opts ...func(*s3.Options)) (*s3.DeleteObjectOutput, error)
+	ListObjectVersions(ctx context.Context, in *s3.ListObjectVersionsInput, opts ...func(*s3.Options)) (*s3.ListObjectVersionsOutput, error)
+	CreateMultipartUpload(ctx context.Context, in *s3.CreateMultipartUploadInput, opts ...func(*s3.Options)) (*s3.CreateMultipartUploadOutput, error)
+	UploadPart(ctx context.Context, in *s3.UploadPartInput, opts ...func(*s3.Options)) (*s3.UploadPartOutput, error)
+	CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMultipartUploadInput, opts ...func(*s3.Options)) (*s3.CompleteMultipartUploadOutput, error)
+	AbortMultipartUpload(ctx context.Context, in *s3.AbortMultipartUploadInput, opts ...func(*s3.Options)) (*s3.AbortMultipartUploadOutput, error)
+}
+
+// Step names a protocol boundary at which a Hook is called: after a read,
+// before a conditional write, around an S3 call. Tests pause, order and
+// crash handlers there (tests/races, tests/chaos).
+type Step string
+
+// Hook is called at every Step with the handler's subject (tenant, group,
+// version, partition, block). It may block to order handlers; a non-nil
+// error aborts the handler there, as a crash would (the message is not
+// acknowledged). A nil Hook costs one comparison.
+type Hook func(ctx context.Context, step Step, subject string) error
+
+// Deps are what every handler needs. Build them once per process.
+type Deps struct {
+	Config config.Config
+	Store  *records.Store
+	Send   messages.Sender
+	S3     S3
+	Logger *slog.Logger
+	// Now is the clock (tests skew it); nil means time.Now.
+	Now func() time.Time
+	// Hook observes protocol steps; nil means none.
+	Hook Hook
+	// Owner names this process in leases (a Lambda's log stream, a test's
+	// worker name); a random suffix is added per job.
+	Owner string
+}
+
+func (d *Deps) now() time.Time {
+	if d.Now != nil {
+		return d.Now()
+	}
+	return time.Now()
+}
+
+func (d *Deps) step(ctx context.Context, s Step, subject string) error {
+	if d.Hook == nil {
+		return nil
+	}
+	if err := d.Hook(ctx, s, subject); err != nil {
+		return fmt.Errorf("step %s (%s): %w", s, subject, err)
+	}
+	return nil
+}
+
+// eachMessage runs fn for every message of a batch and reports the ones
+// that failed, so SQS redelivers only those (ReportBatchItemFailures). A
+// panic fails its message, not the process. For FIFO queues Lambda's
+// contract is that messages after a failed one in the same group are
+// returned too; the event source handles that.
+func eachMessage(ctx context.Context, logger *slog.Logger, fn string, ev events.SQSEvent, handle func(context.Context, events.SQSMessage) error) events.SQSEventResponse {
+	var resp events.SQSEventResponse
+	failedGroups := map[string]bool{}
+	for _, m := range ev.Records {
+		group := m.Attributes["MessageGroupId"]
+		if group != "" && failedGroups[group] {
+			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: m.MessageId})
+			continue
+		}
+		if err := safely(ctx, m, handle); err != nil {
+			logger.ErrorContext(ctx, "message failed; SQS will redeliver it, then move it to the DLQ",
+				"function", fn, "message", m.MessageId, "receive", m.Attributes["ApproximateReceiveCount"], "err", err)
+			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: m.MessageId})
+			if group != "" {
+				failedGroups[group] = true
+			}
+		}
+	}
+	return resp
+}
+
+func safely(ctx context.Context, m events.SQSMessage, handle func(context.Context, events.SQSMessage) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return handle(ctx, m)
+}

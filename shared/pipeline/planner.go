@@ -1,0 +1,434 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/sluice-dev/sluice/shared/blockkey"
+	"github.com/sluice-dev/sluice/shared/blockmeta"
+	"github.com/sluice-dev/sluice/shared/messages"
+	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/s3event"
+)
+
+// Planner registers uploaded blocks and plans group versions (DESIGN.md §4.1).
+type Planner struct{ *Deps }
+
+// Handle processes a batch from the block-events queue: S3 ObjectCreated
+// events and the cleaner's plan requests.
+func (p Planner) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	return eachMessage(ctx, p.Logger, "planner", ev, p.handleMessage), nil
+}
+
+func (p Planner) handleMessage(ctx context.Context, m events.SQSMessage) error {
+	msg, err := messages.Decode(m.Body)
+	if err == nil {
+		req, ok := msg.(messages.PlanRequest)
+		if !ok {
+			return fmt.Errorf("planner: unexpected %T on the block-events queue", msg)
+		}
+		g, err := planning.ParseGroupKey(req.Group)
+		if err != nil {
+			return err
+		}
+		return p.PlanGroup(ctx, req.Tenant, g)
+	}
+	if !errors.Is(err, messages.ErrNotSluice) {
+		return err
+	}
+	objs, err := s3event.Decode([]byte(m.Body))
+	if err != nil {
+		return fmt.Errorf("planner: message %s: %w", m.MessageId, err)
+	}
+	for _, o := range objs {
+		if err := p.handleObject(ctx, o); err != nil {
+			return fmt.Errorf("planner: %s: %w", o.Key, err)
+		}
+	}
+	return nil
+}
+
+func (p Planner) handleObject(ctx context.Context, o s3event.ObjectCreated) error {
+	k, err := blockkey.Parse(o.Key, p.Config.Layout)
+	if err != nil {
+		p.Logger.WarnContext(ctx, "skipping an object outside the block layout", "key", o.Key, "err", err)
+		return nil
+	}
+	if k.File != blockkey.MetaFile {
+		p.Logger.DebugContext(ctx, "skipping a non-meta.json object", "key", o.Key)
+		return nil
+	}
+	log := p.Logger.With("tenant", k.Tenant, "block", k.Block.String())
+	body, vid, err := p.getObject(ctx, o.Key, o.VersionID)
+	if err != nil {
+		var nsk *s3types.NoSuchKey
+		if errors.As(err, &nsk) {
+			log.WarnContext(ctx, "meta.json is gone before it was registered; skipping", "key", o.Key)
+			return nil
+		}
+		return err
+	}
+	b, known, err := p.Store.GetBlock(ctx, k.Tenant, k.Block.String())
+	if err != nil {
+		return err
+	}
+	if !known {
+		b, err = p.register(ctx, k, body, vid, log)
+		if records.IsConditionLost(err) {
+			b, known, err = p.Store.GetBlock(ctx, k.Tenant, k.Block.String())
+			if err == nil && !known {
+				err = fmt.Errorf("register %s: lost to a record that is gone", k.BlockKey())
+			}
+		}
+		if err != nil {
+			return err
+		}
+	} else if err := p.recognise(ctx, k, b, vid, log); err != nil {
+		return err
+	}
+	if b.State == records.BlockRejected {
+		return nil
+	}
+	return p.planFor(ctx, b)
+}
+
+// recognise handles an event for a block that is already registered: a
+// duplicate event, Sluice's own publication, or a re-upload, whose new
+// versions are scheduled for deletion and never compacted twice.
+func (p Planner) recognise(ctx context.Context, k blockkey.Key, b records.Block, vid string, log *slog.Logger) error {
+	switch {
+	case vid == b.MetaVersionID:
+		log.InfoContext(ctx, "block already registered; duplicate event", "state", b.State, "gen", b.Gen)
+		return nil
+	case b.ProducedBy != "" && (b.State == records.BlockLive || b.State == records.BlockPending) && !b.Published:
+		log.InfoContext(ctx, "event for Sluice's own output being published", "state", b.State, "gen", b.Gen)
+		return nil
+	}
+	var stray []messages.StrayVersion
+	stray = append(stray, messages.StrayVersion{RelPath: blockkey.MetaFile, VersionID: vid})
+	for _, f := range b.Files {
+		head, err := p.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(p.Config.Bucket), Key: aws.String(k.Object(f.RelPath))})
+		if err != nil {
+			continue // gone or never re-uploaded: nothing stray
+		}
+		if v := aws.ToString(head.VersionId); v != "" && v != f.VersionID {
+			stray = append(stray, messages.StrayVersion{RelPath: f.RelPath, VersionID: v})
+		}
+	}
+	log.WarnContext(ctx, "re-upload of a block Sluice already knows; its new versions will be deleted",
+		"state", b.State, "gen", b.Gen, "versions", len(stray))
+	return p.Send.Op(ctx, messages.BlockOp{Op: messages.OpDeleteStray, Tenant: k.Tenant, Block: k.Block.String(),
+		Gen: b.Gen, Stray: stray, Nonce: vid})
+}
+
+// register reads what the block is made of and puts its record: LIVE, or
+// REJECTED with the reason when it cannot be compacted.
+func (p Planner) register(ctx context.Context, k blockkey.Key, body []byte, vid string, log *slog.Logger) (records.Block, error) {
+	b := records.Block{Tenant: k.Tenant, ID: k.Block.String(), Gen: 1, Meta: string(body), MetaVersionID: vid,
+		Published: true, UpdatedAt: p.now().UnixMilli()}
+	reject := func(reason string) (records.Block, error) {
+		b.State, b.Reason = records.BlockRejected, reason
+		log.ErrorContext(ctx, "block rejected: it will not be compacted", "key", k.Object(blockkey.MetaFile), "reason", reason)
+		return b, p.Store.RegisterBlock(ctx, b, nil)
+	}
+	meta, err := blockmeta.Parse(body, k.Object(blockkey.MetaFile))
+	if err != nil {
+		return reject(err.Error())
+	}
+	if meta.ULID != k.Block {
+		return reject(fmt.Sprintf("meta.json names block %s but lives under %s", meta.ULID, k.Block))
+	}
+	files, err := p.blockFiles(ctx, k, meta)
+	if err != nil {
+		var missing *missingFileError
+		if errors.As(err, &missing) {
+			return reject(err.Error())
+		}
+		return b, err
+	}
+	b.Files = files
+	b.MinT, b.MaxT = meta.MinTime, meta.MaxTime
+	b.Level = p.Config.Policy.LevelOf(meta.MinTime, meta.MaxTime)
+	b.Series, b.Samples = meta.Stats.NumSeries, meta.Stats.NumSamples
+	for _, f := range files {
+		if f.RelPath == blockkey.IndexFile {
+			b.IndexBytes = uint64(f.Size)
+		}
+	}
+	if pi, ok := meta.PartitionInfo(); ok && pi.PartitionCount > 1 {
+		b.PartitionCount, b.PartitionID = pi.PartitionCount, pi.PartitionID
+	}
+	if _, err := p.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(p.Config.Bucket), Key: aws.String(k.Object(blockkey.NoCompactMarkFile))}); err == nil {
+		b.NoCompact = true
+		log.InfoContext(ctx, "block carries a no-compact mark; it is never a source")
+	} else if !isNotFound(err) {
+		return b, fmt.Errorf("check no-compact mark of %s: %w", k.BlockKey(), err)
+	}
+	b.State = records.BlockLive
+	if err := p.Store.RegisterBlock(ctx, b, p.memberRanges(b.Level, b.MinT, b.MaxT)); err != nil {
+		return b, err
+	}
+	log.InfoContext(ctx, "block registered", "minT", b.MinT, "maxT", b.MaxT, "level", b.Level,
+		"series", b.Series, "files", len(files), "noCompact", b.NoCompact)
+	return b, nil
+}
+
+// memberRanges lists the group ranges, at every level above level (and at
+// level itself for outputs), that a block in [minT, maxT) belongs to.
+func (p Planner) memberRanges(level int, minT, maxT int64) []planning.GroupKey {
+	return memberRanges(p.Config.Policy, level, minT, maxT)
+}
+
+func memberRanges(pol planning.Policy, level int, minT, maxT int64) []planning.GroupKey {
+	var out []planning.GroupKey
+	for k := max(level, 1); k <= pol.TopLevel(); k++ {
+		if g, ok := pol.GroupFor(k, minT, maxT); ok {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+type missingFileError struct{ key string }
+
+func (e *missingFileError) Error() string { return "block file missing: " + e.key }
+
+// blockFiles learns the block's files and their VersionIds: from
+// thanos.files plus one HEAD each, or — for a plain Prometheus meta.json
+// that does not list its files — from one LIST of the block's own prefix.
+func (p Planner) blockFiles(ctx context.Context, k blockkey.Key, meta *blockmeta.Meta) ([]records.ObjectVersion, error) {
+	var out []records.ObjectVersion
+	if meta.Thanos != nil && len(meta.Thanos.Files) > 0 {
+		for _, f := range meta.Thanos.Files {
+			if f.RelPath == blockkey.MetaFile {
+				continue
+			}
+			head, err := p.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(p.Config.Bucket), Key: aws.String(k.Object(f.RelPath))})
+			if isNotFound(err) {
+				return nil, &missingFileError{key: k.Object(f.RelPath)}
+			}
+			if err != nil {
+				return nil, fmt.Errorf("head %s: %w", k.Object(f.RelPath), err)
+			}
+			size := aws.ToInt64(head.ContentLength)
+			if f.SizeBytes != 0 && size != f.SizeBytes {
+				return nil, &missingFileError{key: fmt.Sprintf("%s (size %d, meta.json says %d)", k.Object(f.RelPath), size, f.SizeBytes)}
+			}
+			out = append(out, records.ObjectVersion{RelPath: f.RelPath, VersionID: aws.ToString(head.VersionId), Size: size, ETag: aws.ToString(head.ETag)})
+		}
+	} else {
+		prefix := k.BlockPrefix()
+		in := &s3.ListObjectVersionsInput{Bucket: aws.String(p.Config.Bucket), Prefix: aws.String(prefix)}
+		for {
+			res, err := p.S3.ListObjectVersions(ctx, in)
+			if err != nil {
+				return nil, fmt.Errorf("list %s: %w", prefix, err)
+			}
+			for _, v := range res.Versions {
+				rel := strings.TrimPrefix(aws.ToString(v.Key), prefix)
+				if !aws.ToBool(v.IsLatest) || rel == blockkey.MetaFile || rel == blockkey.DeletionMarkFile || rel == blockkey.NoCompactMarkFile {
+					continue
+				}
+				out = append(out, records.ObjectVersion{RelPath: rel, VersionID: aws.ToString(v.VersionId), Size: aws.ToInt64(v.Size), ETag: aws.ToString(v.ETag)})
+			}
+			if !aws.ToBool(res.IsTruncated) {
+				break
+			}
+			in.KeyMarker, in.VersionIdMarker = res.NextKeyMarker, res.NextVersionIdMarker
+		}
+	}
+	hasIndex := false
+	for _, f := range out {
+		hasIndex = hasIndex || f.RelPath == blockkey.IndexFile
+	}
+	if !hasIndex {
+		return nil, &missingFileError{key: k.Object(blockkey.IndexFile)}
+	}
+	return out, nil
+}
+
+func (p Planner) getObject(ctx context.Context, key, vid string) ([]byte, string, error) {
+	in := &s3.GetObjectInput{Bucket: aws.String(p.Config.Bucket), Key: aws.String(key)}
+	if vid != "" {
+		in.VersionId = aws.String(vid)
+	}
+	res, err := p.S3.GetObject(ctx, in)
+	if err != nil {
+		return nil, "", fmt.Errorf("get %s: %w", key, err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(res.Body, 16<<20))
+	if err != nil {
+		return nil, "", fmt.Errorf("read %s: %w", key, err)
+	}
+	return body, aws.ToString(res.VersionId), nil
+}
+
+// planFor plans the group a block goes to: the next level up, or — for a
+// late block — the highest level that already compacted its range.
+func (p Planner) planFor(ctx context.Context, b records.Block) error {
+	var lookupErr error
+	g, ok := p.Config.Policy.Target(b.Level, b.MinT, b.MaxT, func(g planning.GroupKey) bool {
+		head, found, err := p.Store.GetGroup(ctx, b.Tenant, g)
+		if err != nil {
+			lookupErr = err
+		}
+		return found && head.EverCompleted
+	})
+	if lookupErr != nil {
+		return lookupErr
+	}
+	if !ok {
+		p.Logger.DebugContext(ctx, "block has no group to go to", "tenant", b.Tenant, "block", b.ID, "level", b.Level)
+		return nil
+	}
+	return p.PlanGroup(ctx, b.Tenant, g)
+}
+
+// maxPlanRounds bounds re-planning after lost claims within one message.
+const maxPlanRounds = 3
+
+// PlanGroup plans group g of tenant: if nothing is unfinished and the
+// range is ready, it creates version v+1 with its partitions, claims the
+// sources, moves it to PLANNED and sends one job per partition. It backs
+// off (returns nil) whenever another actor holds the group or its blocks:
+// completion re-plans.
+func (p Planner) PlanGroup(ctx context.Context, tenant string, g planning.GroupKey) error {
+	for round := 0; round < maxPlanRounds; round++ {
+		again, err := p.planOnce(ctx, tenant, g)
+		if err != nil || !again {
+			return err
+		}
+	}
+	p.Logger.WarnContext(ctx, "giving up planning after lost claims; the sweep will re-plan", "tenant", tenant, "group", g.String())
+	return nil
+}
+
+func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKey) (again bool, err error) {
+	log := p.Logger.With("tenant", tenant, "group", g.String())
+	head, _, err := p.Store.GetGroup(ctx, tenant, g)
+	if err != nil {
+		return false, err
+	}
+	if head.State.Unfinished() {
+		log.InfoContext(ctx, "group busy; backing off", "version", head.Version, "state", head.State)
+		return false, nil
+	}
+	blocks, err := p.Store.RangeBlocks(ctx, tenant, g)
+	if err != nil {
+		return false, err
+	}
+	now := p.now()
+	dec := p.Config.Policy.Plan(g, candidates(blocks), now)
+	if len(dec.Sources) == 0 {
+		log.InfoContext(ctx, "nothing to plan", "why", dec.Wait, "blocks", len(blocks))
+		if strings.HasPrefix(dec.Wait, "range not covered") {
+			closeAt := p.Config.Policy.End(g) + p.Config.Policy.CloseDelay.Milliseconds()
+			return false, p.Store.PutAgenda(ctx, records.AgendaRange, timeMs(closeAt), tenant, g.String())
+		}
+		return false, nil
+	}
+	if head.Key == (planning.GroupKey{}) {
+		head.Key, head.Tenant = g, tenant
+	}
+	next := records.Group{
+		Tenant: tenant, Key: g, Version: head.Version + 1, State: records.GroupClaiming,
+		CreatedAt: now.UnixMilli(), UpdatedAt: now.UnixMilli(), Partitions: dec.Partitions,
+		EverCompleted: head.EverCompleted,
+	}
+	byID := map[string]records.Block{}
+	for _, b := range blocks {
+		byID[b.ID] = b
+	}
+	var srcs []records.Block
+	for _, c := range dec.Sources {
+		next.Sources = append(next.Sources, c.ID)
+		srcs = append(srcs, byID[c.ID])
+	}
+	log = log.With("version", next.Version)
+	if err := p.step(ctx, "planner.before-create", next.Ref()); err != nil {
+		return false, err
+	}
+	if err := p.Store.CreateVersion(ctx, head, next, now); err != nil {
+		if records.IsConditionLost(err) {
+			log.InfoContext(ctx, "another planner created this version first; backing off", "lost", err)
+			return false, nil
+		}
+		return false, err
+	}
+	log.InfoContext(ctx, "version created", "sources", len(srcs), "partitions", next.Partitions)
+	if err := p.step(ctx, "planner.before-claim", next.Ref()); err != nil {
+		return false, err
+	}
+	if err := p.Store.Claim(ctx, next.Ref(), srcs, now); err != nil {
+		if !records.IsConditionLost(err) {
+			return false, err
+		}
+		log.WarnContext(ctx, "a claim was lost; abandoning the version and re-planning", "lost", err)
+		if err := p.Store.SetGroupState(ctx, next, records.GroupClaiming, records.GroupSuperseded, p.now()); err != nil && !records.IsConditionLost(err) {
+			return false, err
+		}
+		next.State = records.GroupSuperseded
+		return true, Cleaner(p).cleanupSuperseded(ctx, next)
+	}
+	if err := p.step(ctx, "planner.before-planned", next.Ref()); err != nil {
+		return false, err
+	}
+	if err := p.Store.SetGroupState(ctx, next, records.GroupClaiming, records.GroupPlanned, p.now()); err != nil {
+		if records.IsConditionLost(err) {
+			log.WarnContext(ctx, "version was superseded while claiming", "lost", err)
+			return false, nil
+		}
+		return false, err
+	}
+	next.State = records.GroupPlanned
+	return false, sendJobs(ctx, p.Deps, next, nil, 0)
+}
+
+// sendJobs sends the job of every partition in only (all when nil).
+func sendJobs(ctx context.Context, d *Deps, g records.Group, only []int, resend int64) error {
+	parts := only
+	if parts == nil {
+		for i := 0; i < g.Partitions; i++ {
+			parts = append(parts, i)
+		}
+	}
+	for _, i := range parts {
+		j := messages.Job{Tenant: g.Tenant, Group: g.Key.String(), Version: g.Version, Partition: i,
+			Output: outputULID(g, i).String(), Resend: resend}
+		if err := d.Send.Job(ctx, j); err != nil {
+			return err
+		}
+	}
+	d.Logger.InfoContext(ctx, "jobs sent", "tenant", g.Tenant, "group", g.Key.String(), "version", g.Version, "jobs", len(parts), "resend", resend)
+	return nil
+}
+
+// candidates tells planning what it needs of each block in a range.
+func candidates(blocks []records.Block) []planning.Candidate {
+	out := make([]planning.Candidate, 0, len(blocks))
+	for _, b := range blocks {
+		switch b.State {
+		case records.BlockDeleted, records.BlockDiscarded, records.BlockRejected, records.BlockRetiring:
+			continue
+		}
+		out = append(out, planning.Candidate{
+			ID: b.ID, MinT: b.MinT, MaxT: b.MaxT, Level: b.Level, ProducedBy: b.ProducedBy,
+			Plannable: b.State == records.BlockLive && b.Published && b.ClaimedBy == "" && !b.NoCompact,
+			Busy: b.State == records.BlockClaimed || b.State == records.BlockPending ||
+				(b.State == records.BlockLive && !b.Published),
+			Series: b.Series, IndexBytes: b.IndexBytes,
+		})
+	}
+	return out
+}

@@ -1,0 +1,52 @@
+package pipeline
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/sluice-dev/sluice/shared/compaction"
+	"github.com/sluice-dev/sluice/shared/records"
+)
+
+func timeMs(ms int64) time.Time { return time.UnixMilli(ms) }
+
+// isNotFound reports a 404 from S3 (NoSuchKey, NotFound, NoSuchVersion).
+func isNotFound(err error) bool {
+	if err == nil {
+		return false
+	}
+	var re *smithyhttp.ResponseError
+	if errors.As(err, &re) && re.HTTPStatusCode() == http.StatusNotFound {
+		return true
+	}
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		switch ae.ErrorCode() {
+		case "NoSuchKey", "NotFound", "NoSuchVersion":
+			return true
+		}
+	}
+	return false
+}
+
+// isPreconditionFailed reports S3's 412 for If-None-Match: the key exists.
+func isPreconditionFailed(err error) bool {
+	var re *smithyhttp.ResponseError
+	if errors.As(err, &re) && re.HTTPStatusCode() == http.StatusPreconditionFailed {
+		return true
+	}
+	var ae smithy.APIError
+	return errors.As(err, &ae) && ae.ErrorCode() == "PreconditionFailed"
+}
+
+// outputULID is the output block of partition p of version g: derived from
+// (tenant, group, version, partition) and the version's creation time, so
+// every attempt writes the same keys.
+func outputULID(g records.Group, p int) ulid.ULID {
+	return compaction.OutputULID(time.UnixMilli(g.CreatedAt), g.Tenant, g.Key.String(), int(g.Version), p)
+}

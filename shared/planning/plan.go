@@ -1,0 +1,140 @@
+package planning
+
+import (
+	"sort"
+	"time"
+)
+
+// Candidate is what planning needs to know of one block in a group's range.
+type Candidate struct {
+	ID         string // ULID
+	MinT, MaxT int64  // ms
+	Level      int
+	// Plannable: LIVE, published, unclaimed and without a no-compact mark.
+	Plannable bool
+	// Busy: claimed by another group, or an output not yet live: the
+	// range will change when that work ends, so planning backs off.
+	Busy bool
+	// ProducedBy is the group that produced this block ("" for uploads).
+	ProducedBy string
+	Series     uint64
+	IndexBytes uint64
+}
+
+// Decision is the outcome of planning one group.
+type Decision struct {
+	// Sources to claim, sorted by ID; empty when there is nothing to do.
+	Sources []Candidate
+	// Partitions is N, a power of two in [1, MaxPartitions].
+	Partitions int
+	// Wait explains why nothing is planned now ("" when Sources is set).
+	Wait string
+}
+
+// Plan decides what group g should compact next, from the blocks whose
+// range falls in g (as read from the table) and the time now.
+//
+// A group takes its level's own outputs as sources only together with at
+// least one lower-level block: that is how a late block is merged into an
+// already-compacted range (vertical compaction), and why a complete group
+// never re-plans itself.
+func (p Policy) Plan(g GroupKey, blocks []Candidate, now time.Time) Decision {
+	p = p.Defaults()
+	start, end := g.RangeStart, p.End(g)
+	var srcs []Candidate
+	lower := 0
+	for _, b := range blocks {
+		if b.MinT < start || b.MaxT > end || b.Level > g.Level {
+			continue
+		}
+		if b.Busy {
+			return Decision{Wait: "block " + b.ID + " in range is busy with another group"}
+		}
+		if !b.Plannable {
+			continue
+		}
+		if b.Level < g.Level {
+			lower++
+		}
+		srcs = append(srcs, b)
+	}
+	if lower == 0 {
+		return Decision{Wait: "no new lower-level block in range"}
+	}
+	if len(srcs) == 1 && srcs[0].MinT == start && srcs[0].MaxT == end {
+		return Decision{Wait: "a single block already spans the range"}
+	}
+	closed := now.UnixMilli() >= end+p.CloseDelay.Milliseconds()
+	if !closed && !covers(srcs, start, end) {
+		return Decision{Wait: "range not covered yet and not closed"}
+	}
+	sort.Slice(srcs, func(i, j int) bool { return srcs[i].ID < srcs[j].ID })
+	return Decision{Sources: srcs, Partitions: p.PartitionCount(srcs)}
+}
+
+// covers reports whether the union of the blocks' [MinT, MaxT) covers
+// [start, end).
+func covers(bs []Candidate, start, end int64) bool {
+	iv := make([]Candidate, len(bs))
+	copy(iv, bs)
+	sort.Slice(iv, func(i, j int) bool { return iv[i].MinT < iv[j].MinT })
+	at := start
+	for _, b := range iv {
+		if b.MinT > at {
+			return false
+		}
+		if b.MaxT > at {
+			at = b.MaxT
+		}
+	}
+	return at >= end
+}
+
+// PartitionCount picks N, the smallest power of two that keeps every
+// partition within the series and index-bytes limits, capped at
+// MaxPartitions. Sources' series are summed (replicas over-count, which errs
+// on the side of smaller partitions).
+func (p Policy) PartitionCount(srcs []Candidate) int {
+	p = p.Defaults()
+	var series, index uint64
+	for _, s := range srcs {
+		series += s.Series
+		index += s.IndexBytes
+	}
+	n := 1
+	for n < p.MaxPartitions &&
+		(series > uint64(n)*p.MaxSeriesPerPartition || index > uint64(n)*p.MaxIndexBytesPerPartition) {
+		n *= 2
+	}
+	return n
+}
+
+// Target picks the group a block of level level in [minT, maxT) should go
+// to. completed reports whether a group has ever completed a version. A
+// late block goes to the highest level that already compacted its range;
+// otherwise to the next level up. ok is false for a block that has nowhere
+// to go (top level, or straddling every range).
+func (p Policy) Target(level int, minT, maxT int64, completed func(GroupKey) bool) (GroupKey, bool) {
+	p = p.Defaults()
+	for k := p.TopLevel(); k > level; k-- {
+		g, fits := p.GroupFor(k, minT, maxT)
+		if fits && completed(g) {
+			return g, true
+		}
+	}
+	for k := level + 1; k <= p.TopLevel(); k++ {
+		if g, fits := p.GroupFor(k, minT, maxT); fits {
+			return g, true
+		}
+	}
+	return GroupKey{}, false
+}
+
+// Parent is the next level's group holding g's range, and false at the
+// top level.
+func (p Policy) Parent(g GroupKey) (GroupKey, bool) {
+	if g.Level >= p.TopLevel() {
+		return GroupKey{}, false
+	}
+	return p.GroupFor(g.Level+1, g.RangeStart, p.End(g))
+}

@@ -1,0 +1,295 @@
+package records
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/sluice-dev/sluice/shared/planning"
+)
+
+// maxTransactItems is DynamoDB's limit on one transaction.
+const maxTransactItems = 100
+
+// RegisterBlock records a newly uploaded (or rejected) block: put-if-absent
+// of its item, its membership in every group range it falls in, and its
+// tenant. A block that is already registered loses the condition and comes
+// back as *ConditionLostError with the existing record.
+func (st *Store) RegisterBlock(ctx context.Context, b Block, ranges []planning.GroupKey) error {
+	item, err := marshalItem(b, tenantPK(b.Tenant), blockSK(b.ID))
+	if err != nil {
+		return err
+	}
+	items := []types.TransactWriteItem{{Put: &types.Put{
+		Item:                item,
+		ConditionExpression: aws.String("attribute_not_exists(PK)"),
+	}}}
+	for _, g := range ranges {
+		items = append(items, memberPut(b, g))
+	}
+	items = append(items, types.TransactWriteItem{Put: &types.Put{
+		Item: map[string]types.AttributeValue{"PK": s(tenantsPK), "SK": s(b.Tenant), "tenant": s(b.Tenant)},
+	}})
+	return st.transact(ctx, "register "+b.Key(), token("register", b.Key(), b.MetaVersionID), items)
+}
+
+func memberPut(b Block, g planning.GroupKey) types.TransactWriteItem {
+	return types.TransactWriteItem{Put: &types.Put{Item: map[string]types.AttributeValue{
+		"PK": s(tenantPK(b.Tenant)), "SK": s(memberSK(g, b.ID)), "id": s(b.ID),
+	}}}
+}
+
+// GetBlock reads one block; ok is false when it is not registered.
+func (st *Store) GetBlock(ctx context.Context, tenant, id string) (b Block, ok bool, err error) {
+	ok, err = st.get(ctx, tenantPK(tenant), blockSK(id), &b)
+	return b, ok, err
+}
+
+// GetBlocks reads blocks by id (strongly consistent), in id order; ids
+// that are not registered are left out.
+func (st *Store) GetBlocks(ctx context.Context, tenant string, ids []string) ([]Block, error) {
+	var out []Block
+	for start := 0; start < len(ids); start += 100 {
+		end := min(start+100, len(ids))
+		keys := make([]map[string]types.AttributeValue, 0, end-start)
+		for _, id := range ids[start:end] {
+			keys = append(keys, key(tenantPK(tenant), blockSK(id)))
+		}
+		req := map[string]types.KeysAndAttributes{st.table: {Keys: keys, ConsistentRead: aws.Bool(true)}}
+		for backoff := 10 * time.Millisecond; len(req) > 0; backoff *= 2 {
+			var res *dynamodb.BatchGetItemOutput
+			err := st.retry(ctx, "batch get blocks", func() error {
+				var err error
+				res, err = st.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+				return err
+			})
+			if err != nil {
+				return nil, fmt.Errorf("read blocks of %s: %w", tenant, err)
+			}
+			for _, it := range res.Responses[st.table] {
+				var b Block
+				if err := attributevalue.UnmarshalMap(it, &b); err != nil {
+					return nil, fmt.Errorf("decode block of %s: %w", tenant, err)
+				}
+				out = append(out, b)
+			}
+			req = res.UnprocessedKeys
+			if len(req) > 0 {
+				if err := sleep(ctx, backoff); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// RangeBlocks reads every block registered in group g's range.
+func (st *Store) RangeBlocks(ctx context.Context, tenant string, g planning.GroupKey) ([]Block, error) {
+	items, err := st.query(ctx, tenantPK(tenant), memberPrefix(g))
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, 0, len(items))
+	for _, it := range items {
+		if id, ok := it["id"].(*types.AttributeValueMemberS); ok {
+			ids = append(ids, id.Value)
+		}
+	}
+	return st.GetBlocks(ctx, tenant, ids)
+}
+
+// TenantBlocks reads every block of a tenant (status and verify; never on
+// the hot path).
+func (st *Store) TenantBlocks(ctx context.Context, tenant string) ([]Block, error) {
+	items, err := st.query(ctx, tenantPK(tenant), "B#")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Block, 0, len(items))
+	for _, it := range items {
+		var b Block
+		if err := attributevalue.UnmarshalMap(it, &b); err != nil {
+			return nil, fmt.Errorf("decode block of %s: %w", tenant, err)
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// Tenants lists every tenant that ever registered a block.
+func (st *Store) Tenants(ctx context.Context) ([]string, error) {
+	items, err := st.query(ctx, tenantsPK, "")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(items))
+	for _, it := range items {
+		if t, ok := it["tenant"].(*types.AttributeValueMemberS); ok {
+			out = append(out, t.Value)
+		}
+	}
+	return out, nil
+}
+
+// blockUpdate builds a conditional update of one block item.
+func blockUpdate(b Block, cond, upd string, vals map[string]types.AttributeValue) *types.Update {
+	names := map[string]string{"#st": "state", "#gen": "gen"}
+	return &types.Update{
+		Key:                       key(tenantPK(b.Tenant), blockSK(b.ID)),
+		ConditionExpression:       aws.String(cond),
+		UpdateExpression:          aws.String(upd),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: vals,
+	}
+}
+
+func (st *Store) updateBlock(ctx context.Context, op string, u *types.Update) error {
+	return st.update(ctx, op, &dynamodb.UpdateItemInput{
+		Key: u.Key, ConditionExpression: u.ConditionExpression, UpdateExpression: u.UpdateExpression,
+		ExpressionAttributeNames: u.ExpressionAttributeNames, ExpressionAttributeValues: u.ExpressionAttributeValues,
+	})
+}
+
+// Claim claims sources for version ref, in transactions of at most 100.
+// Each claim expects the block LIVE, published, unclaimed and at the gen
+// that planning read; a lost claim abandons the version (the caller
+// releases what was claimed). Claiming is idempotent per (ref, batch).
+func (st *Store) Claim(ctx context.Context, ref string, srcs []Block, now time.Time) error {
+	for start := 0; start < len(srcs); start += maxTransactItems {
+		batch := srcs[start:min(start+maxTransactItems, len(srcs))]
+		items := make([]types.TransactWriteItem, 0, len(batch))
+		ids := []string{"claim", ref}
+		for _, b := range batch {
+			items = append(items, types.TransactWriteItem{Update: blockUpdate(b,
+				"#st = :live AND #gen = :gen AND published = :t AND attribute_not_exists(claimedBy)",
+				"SET #st = :claimed, claimedBy = :ref, #gen = #gen + :one, updatedAt = :now",
+				map[string]types.AttributeValue{
+					":live": s(string(BlockLive)), ":claimed": s(string(BlockClaimed)), ":gen": n(b.Gen),
+					":t": &types.AttributeValueMemberBOOL{Value: true}, ":ref": s(ref), ":one": n(1),
+					":now": n(now.UnixMilli()),
+				})})
+			ids = append(ids, b.ID)
+		}
+		if err := st.transact(ctx, "claim sources for "+ref, token(ids...), items); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReleaseClaim returns a source claimed by ref to LIVE. Releasing a block
+// that ref no longer holds is a lost condition (already released).
+func (st *Store) ReleaseClaim(ctx context.Context, ref string, b Block, now time.Time) error {
+	return st.updateBlock(ctx, "release "+b.Key()+" from "+ref, blockUpdate(b,
+		"#st = :claimed AND claimedBy = :ref",
+		"SET #st = :live, #gen = #gen + :one, updatedAt = :now REMOVE claimedBy",
+		map[string]types.AttributeValue{
+			":claimed": s(string(BlockClaimed)), ":live": s(string(BlockLive)), ":ref": s(ref),
+			":one": n(1), ":now": n(now.UnixMilli()),
+		}))
+}
+
+// Activate makes an output of a completed version LIVE (PENDING → LIVE).
+// It returns the block's new gen, which the PUBLISH op carries.
+func (st *Store) Activate(ctx context.Context, b Block, now time.Time) (int64, error) {
+	err := st.updateBlock(ctx, "activate "+b.Key(), blockUpdate(b,
+		"#st = :pending AND producedBy = :pb AND #gen = :gen",
+		"SET #st = :live, #gen = :next, updatedAt = :now",
+		map[string]types.AttributeValue{
+			":pending": s(string(BlockPending)), ":live": s(string(BlockLive)), ":pb": s(b.ProducedBy),
+			":gen": n(b.Gen), ":next": n(b.Gen + 1), ":now": n(now.UnixMilli()),
+		}))
+	return b.Gen + 1, err
+}
+
+// Discard retires an output of a superseded version (PENDING → DISCARDED)
+// and returns the gen its DELETE op carries.
+func (st *Store) Discard(ctx context.Context, b Block, now time.Time) (int64, error) {
+	err := st.updateBlock(ctx, "discard "+b.Key(), blockUpdate(b,
+		"#st = :pending AND producedBy = :pb AND #gen = :gen",
+		"SET #st = :discarded, #gen = :next, updatedAt = :now",
+		map[string]types.AttributeValue{
+			":pending": s(string(BlockPending)), ":discarded": s(string(BlockDiscarded)), ":pb": s(b.ProducedBy),
+			":gen": n(b.Gen), ":next": n(b.Gen + 1), ":now": n(now.UnixMilli()),
+		}))
+	return b.Gen + 1, err
+}
+
+// MarkPublished records that the uploader wrote meta.json version vid for
+// the block at gen (LIVE, same gen).
+func (st *Store) MarkPublished(ctx context.Context, tenant, id string, gen int64, vid string, now time.Time) error {
+	b := Block{Tenant: tenant, ID: id}
+	return st.updateBlock(ctx, "published "+b.Key(), blockUpdate(b,
+		"#st = :live AND #gen = :gen",
+		"SET published = :t, metaVid = :vid, updatedAt = :now",
+		map[string]types.AttributeValue{
+			":live": s(string(BlockLive)), ":gen": n(gen), ":t": &types.AttributeValueMemberBOOL{Value: true},
+			":vid": s(vid), ":now": n(now.UnixMilli()),
+		}))
+}
+
+// Retire moves a source of completed version ref to RETIRING (CLAIMED by
+// ref → RETIRING) and puts it on the agenda for deletion at retireAt. It
+// returns the gen the MARK and DELETE ops carry.
+func (st *Store) Retire(ctx context.Context, ref string, b Block, retireAt, now time.Time) (int64, error) {
+	items := []types.TransactWriteItem{
+		{Update: blockUpdate(b,
+			"#st = :claimed AND claimedBy = :ref AND #gen = :gen",
+			"SET #st = :retiring, #gen = :next, retireAt = :at, updatedAt = :now",
+			map[string]types.AttributeValue{
+				":claimed": s(string(BlockClaimed)), ":retiring": s(string(BlockRetiring)), ":ref": s(ref),
+				":gen": n(b.Gen), ":next": n(b.Gen + 1), ":at": n(retireAt.UnixMilli()), ":now": n(now.UnixMilli()),
+			})},
+		{Put: &types.Put{Item: agendaItem(AgendaDelete, retireAt, b.Tenant, b.ID)}},
+	}
+	return b.Gen + 1, st.transact(ctx, "retire "+b.Key()+" for "+ref, token("retire", ref, b.ID), items)
+}
+
+// RecordMark records the deletion-mark.json version the uploader wrote for
+// a RETIRING block at gen.
+func (st *Store) RecordMark(ctx context.Context, tenant, id string, gen int64, vid string, now time.Time) error {
+	b := Block{Tenant: tenant, ID: id}
+	return st.updateBlock(ctx, "marked "+b.Key(), blockUpdate(b,
+		"#st = :retiring AND #gen = :gen",
+		"SET markVid = :vid, updatedAt = :now",
+		map[string]types.AttributeValue{
+			":retiring": s(string(BlockRetiring)), ":gen": n(gen), ":vid": s(vid), ":now": n(now.UnixMilli()),
+		}))
+}
+
+// StartDelete moves a RETIRING block past its deletion delay to DELETED
+// (expecting the gen read), takes it off the agenda and out of its ranges,
+// and returns the gen the DELETE op carries.
+func (st *Store) StartDelete(ctx context.Context, b Block, ranges []planning.GroupKey, now time.Time) (int64, error) {
+	items := []types.TransactWriteItem{
+		{Update: blockUpdate(b,
+			"#st = :retiring AND #gen = :gen",
+			"SET #st = :deleted, #gen = :next, updatedAt = :now",
+			map[string]types.AttributeValue{
+				":retiring": s(string(BlockRetiring)), ":deleted": s(string(BlockDeleted)),
+				":gen": n(b.Gen), ":next": n(b.Gen + 1), ":now": n(now.UnixMilli()),
+			})},
+		{Delete: &types.Delete{Key: key(agendaPK, agendaSK(AgendaDelete, time.UnixMilli(b.RetireAt), b.Tenant, b.ID))}},
+	}
+	for _, g := range ranges {
+		items = append(items, types.TransactWriteItem{Delete: &types.Delete{Key: key(tenantPK(b.Tenant), memberSK(g, b.ID))}})
+	}
+	return b.Gen + 1, st.transact(ctx, "delete "+b.Key(), token("delete", b.Key(), fmt.Sprint(b.Gen)), items)
+}

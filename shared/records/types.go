@@ -1,0 +1,183 @@
+// Package records holds Sluice's state in DynamoDB: blocks, group versions,
+// partitions and the agenda, and every transition between their states.
+//
+// Every exported method that changes state is ONE conditional write or ONE
+// transaction whose condition names the state it leaves and the version or
+// generation it expects (DESIGN.md §3). A lost condition is an expected
+// outcome and comes back as *ConditionLostError, never as a string to match.
+package records
+
+import (
+	"fmt"
+
+	"github.com/sluice-dev/sluice/shared/planning"
+)
+
+// BlockState is a block's place in its life (DESIGN.md §3).
+type BlockState string
+
+// Block states.
+const (
+	// BlockLive: readable and, when published and unclaimed, plannable.
+	BlockLive BlockState = "LIVE"
+	// BlockClaimed: a source of one group version (ClaimedBy).
+	BlockClaimed BlockState = "CLAIMED"
+	// BlockRetiring: its group completed; a deletion mark is (being) written
+	// and it is deleted after the deletion delay.
+	BlockRetiring BlockState = "RETIRING"
+	// BlockDeleted: its objects are deleted (or being deleted).
+	BlockDeleted BlockState = "DELETED"
+	// BlockPending: an output of a version that has not completed yet.
+	BlockPending BlockState = "PENDING"
+	// BlockDiscarded: an output of a superseded version; its objects are
+	// deleted.
+	BlockDiscarded BlockState = "DISCARDED"
+	// BlockRejected: an upload that cannot be compacted (corrupt meta.json,
+	// missing files). It is never touched; `sluice status` shows the reason.
+	BlockRejected BlockState = "REJECTED"
+)
+
+// ObjectVersion is one S3 object version that a record names.
+type ObjectVersion struct {
+	RelPath   string `dynamodbav:"rel"`
+	VersionID string `dynamodbav:"vid"`
+	Size      int64  `dynamodbav:"size"`
+	ETag      string `dynamodbav:"etag,omitempty"`
+}
+
+// Block is one block of one tenant.
+type Block struct {
+	Tenant string `dynamodbav:"tenant"`
+	ID     string `dynamodbav:"id"`
+	MinT   int64  `dynamodbav:"minT"`
+	MaxT   int64  `dynamodbav:"maxT"`
+	// Level is Sluice's level: 0 for uploads, the group's level for outputs.
+	Level int        `dynamodbav:"level"`
+	State BlockState `dynamodbav:"state"`
+	// Gen increases on every state transition; block ops carry it.
+	Gen        int64  `dynamodbav:"gen"`
+	ClaimedBy  string `dynamodbav:"claimedBy,omitempty"`
+	ProducedBy string `dynamodbav:"producedBy,omitempty"`
+	// Files are the block's index and chunks with their VersionIds.
+	Files []ObjectVersion `dynamodbav:"files"`
+	// Meta is the meta.json body: read at registration for uploads, the
+	// body the uploader publishes for outputs.
+	Meta          string `dynamodbav:"meta"`
+	MetaVersionID string `dynamodbav:"metaVid,omitempty"`
+	MarkVersionID string `dynamodbav:"markVid,omitempty"`
+	Published     bool   `dynamodbav:"published"`
+	NoCompact     bool   `dynamodbav:"noCompact,omitempty"`
+	Series        uint64 `dynamodbav:"series"`
+	Samples       uint64 `dynamodbav:"samples"`
+	IndexBytes    uint64 `dynamodbav:"indexBytes"`
+	// PartitionCount/PartitionID come from the block's own partition_info
+	// (0 when unpartitioned); compaction skips sources that hold no series
+	// of its partition.
+	PartitionCount int    `dynamodbav:"pcount,omitempty"`
+	PartitionID    int    `dynamodbav:"pid,omitempty"`
+	Reason         string `dynamodbav:"reason,omitempty"`
+	// RetireAt is when a RETIRING block may be deleted (unix ms).
+	RetireAt  int64 `dynamodbav:"retireAt,omitempty"`
+	UpdatedAt int64 `dynamodbav:"updatedAt"`
+}
+
+// Key is the block's key in the bucket: <tenant>/<ULID>.
+func (b Block) Key() string { return b.Tenant + "/" + b.ID }
+
+// AllVersions lists every object version the block's record names,
+// meta.json first (a reader must stop seeing the block before its files go).
+func (b Block) AllVersions() []ObjectVersion {
+	var out []ObjectVersion
+	if b.MetaVersionID != "" {
+		out = append(out, ObjectVersion{RelPath: "meta.json", VersionID: b.MetaVersionID})
+	}
+	out = append(out, b.Files...)
+	if b.MarkVersionID != "" {
+		out = append(out, ObjectVersion{RelPath: "deletion-mark.json", VersionID: b.MarkVersionID})
+	}
+	return out
+}
+
+// Names reports whether the record names this object version.
+func (b Block) Names(relPath, versionID string) bool {
+	for _, v := range b.AllVersions() {
+		if v.RelPath == relPath && v.VersionID == versionID {
+			return true
+		}
+	}
+	return false
+}
+
+// GroupState is the state of a group's current version.
+type GroupState string
+
+// Group version states.
+const (
+	GroupClaiming   GroupState = "CLAIMING"
+	GroupPlanned    GroupState = "PLANNED"
+	GroupComplete   GroupState = "COMPLETE"
+	GroupRetired    GroupState = "RETIRED"
+	GroupSuperseded GroupState = "SUPERSEDED"
+)
+
+// Unfinished reports whether a version in this state blocks a new version.
+func (s GroupState) Unfinished() bool {
+	return s == GroupClaiming || s == GroupPlanned || s == GroupComplete
+}
+
+// Group is a group's head record: its current version and that version's
+// plan. Earlier versions live on in their partition items.
+type Group struct {
+	Tenant     string            `dynamodbav:"tenant"`
+	Key        planning.GroupKey `dynamodbav:"-"`
+	KeyString  string            `dynamodbav:"group"`
+	Version    int64             `dynamodbav:"version"`
+	State      GroupState        `dynamodbav:"state"`
+	CreatedAt  int64             `dynamodbav:"createdAt"` // ms, of this version
+	UpdatedAt  int64             `dynamodbav:"updatedAt"` // ms, last transition
+	Partitions int               `dynamodbav:"partitions"`
+	Sources    []string          `dynamodbav:"sources"`
+	// EverCompleted is set once any version completed: a late block then
+	// goes to this level (planning.Target).
+	EverCompleted bool `dynamodbav:"everCompleted,omitempty"`
+}
+
+// Ref names version v of the group: "<tenant>/<level>#<start>@v<v>", the
+// value of a source's claimedBy and in every log line about it.
+func (g Group) Ref() string { return VersionRef(g.Tenant, g.Key, g.Version) }
+
+// VersionRef formats a version reference.
+func VersionRef(tenant string, g planning.GroupKey, v int64) string {
+	return fmt.Sprintf("%s/%s@v%d", tenant, g, v)
+}
+
+// PartitionState is a partition's place in its version.
+type PartitionState string
+
+// Partition states.
+const (
+	PartitionPending PartitionState = "PENDING"
+	PartitionRunning PartitionState = "RUNNING"
+	PartitionDone    PartitionState = "DONE"
+)
+
+// Partition is partition p of version v of a group.
+type Partition struct {
+	Tenant     string         `dynamodbav:"tenant"`
+	Group      string         `dynamodbav:"group"`
+	Version    int64          `dynamodbav:"version"`
+	Index      int            `dynamodbav:"partition"`
+	State      PartitionState `dynamodbav:"state"`
+	LeaseOwner string         `dynamodbav:"leaseOwner,omitempty"`
+	LeaseUntil int64          `dynamodbav:"leaseUntil,omitempty"` // ms
+	Attempt    int            `dynamodbav:"attempt"`
+	// CreatedAt is the version's creation time (ms); with (tenant, group,
+	// version, partition) it derives the output ULID, so an old version's
+	// output keys are known after the head moved on.
+	CreatedAt int64 `dynamodbav:"createdAt"`
+	// Output is the output block's ULID ("" until DONE, and for an empty
+	// partition).
+	Output    string `dynamodbav:"output,omitempty"`
+	Empty     bool   `dynamodbav:"empty,omitempty"`
+	UpdatedAt int64  `dynamodbav:"updatedAt"`
+}
