@@ -1,0 +1,193 @@
+// Package stack is Sluice's CDK v2 stack: the bucket (created or imported),
+// the four queues and their dead-letter queues, the table, the four
+// functions with least-privilege roles, the cleaner's sweep schedule,
+// alarms and outputs. Every size, name and count comes from shared/spec,
+// which the local provisioner reads too.
+package stack
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/sluice-dev/sluice/shared/spec"
+)
+
+// Defaults of Props; a zero field means its default.
+const (
+	DefaultName                  = "sluice"
+	DefaultCodeDir               = "../dist"
+	DefaultNoncurrentVersionDays = 30
+	DefaultAbortMultipartDays    = 7
+	DefaultLogRetentionDays      = 30
+)
+
+// Props configure the stack. The zero value (plus a code location) is a
+// complete deployment named "sluice" with a bucket of its own.
+type Props struct {
+	// Resources is the resource spec. Zero means spec.Default(DefaultName).
+	Resources spec.Resources
+	// BucketName imports an existing bucket by name. Empty means the stack
+	// creates one, named <name>-blocks-<account>-<region>. An imported
+	// bucket must already have versioning on (DESIGN.md §1).
+	BucketName string
+	// KeyPrefix is where blocks live in the bucket: "" (the root) or a
+	// prefix ending in "/" (added if missing). It scopes the notification
+	// and every S3 grant.
+	KeyPrefix string
+	// Layout is spec.LayoutMultiTenant (default) or spec.LayoutSingleTenant.
+	Layout string
+	// NoncurrentVersionDays expires noncurrent object versions of a created
+	// bucket after this many days (default 30). Sluice deletes by VersionId,
+	// so noncurrent versions come only from overwrites by other writers
+	// and from unversioned deletes; keep it longer than the deletion delay.
+	NoncurrentVersionDays int
+	// AbortMultipartDays aborts incomplete multipart uploads of a created
+	// bucket after this many days (default 7).
+	AbortMultipartDays int
+	// SweepInterval is how often the schedule invokes the cleaner (default
+	// spec.DefaultSweepInterval; whole minutes).
+	SweepInterval time.Duration
+	// LogRetentionDays keeps each function's logs this long (default 30;
+	// one of CloudWatch Logs' allowed values).
+	LogRetentionDays int
+	// CodeDir holds <fn>/bootstrap for each function (default ../dist,
+	// relative to infra/, where `make build` writes). Ignored if Code is set.
+	CodeDir string
+	// Code, when set, returns the code of a function; tests use it to point
+	// at a directory with a dummy bootstrap.
+	Code func(spec.FunctionID) awslambda.Code
+}
+
+// withDefaults returns p with every zero field set to its default.
+func (p Props) withDefaults() Props {
+	if p.Resources.Prefix == "" {
+		p.Resources = spec.Default(DefaultName)
+	}
+	p.KeyPrefix = normalizePrefix(p.KeyPrefix)
+	if p.Layout == "" {
+		p.Layout = spec.LayoutMultiTenant
+	}
+	if p.NoncurrentVersionDays == 0 {
+		p.NoncurrentVersionDays = DefaultNoncurrentVersionDays
+	}
+	if p.AbortMultipartDays == 0 {
+		p.AbortMultipartDays = DefaultAbortMultipartDays
+	}
+	if p.SweepInterval == 0 {
+		p.SweepInterval = spec.DefaultSweepInterval
+	}
+	if p.LogRetentionDays == 0 {
+		p.LogRetentionDays = DefaultLogRetentionDays
+	}
+	if p.CodeDir == "" {
+		p.CodeDir = DefaultCodeDir
+	}
+	if p.Code == nil {
+		dir := p.CodeDir
+		p.Code = func(fn spec.FunctionID) awslambda.Code {
+			return awslambda.Code_FromAsset(jsii.String(filepath.Join(dir, string(fn))), nil)
+		}
+	}
+	return p
+}
+
+func normalizePrefix(p string) string {
+	if p != "" && !strings.HasSuffix(p, "/") {
+		p += "/"
+	}
+	return p
+}
+
+// validate reports the first setting that cannot be deployed.
+func (p Props) validate() error {
+	if p.Layout != spec.LayoutMultiTenant && p.Layout != spec.LayoutSingleTenant {
+		return fmt.Errorf("layout %q: want %q or %q", p.Layout, spec.LayoutMultiTenant, spec.LayoutSingleTenant)
+	}
+	if strings.HasPrefix(p.KeyPrefix, "/") || strings.ContainsAny(p.KeyPrefix, "*?") {
+		return fmt.Errorf("prefix %q: must not start with / or contain * or ?", p.KeyPrefix)
+	}
+	if p.NoncurrentVersionDays < 1 || p.AbortMultipartDays < 1 {
+		return fmt.Errorf("noncurrentDays %d, abortMultipartDays %d: must be ≥ 1", p.NoncurrentVersionDays, p.AbortMultipartDays)
+	}
+	if p.SweepInterval < time.Minute || p.SweepInterval%time.Minute != 0 {
+		return fmt.Errorf("sweep interval %v: must be whole minutes, ≥ 1m", p.SweepInterval)
+	}
+	if _, ok := retentions[p.LogRetentionDays]; !ok {
+		return fmt.Errorf("logRetentionDays %d: not a CloudWatch Logs retention", p.LogRetentionDays)
+	}
+	return nil
+}
+
+// retentions maps CloudWatch Logs' allowed retentions, in days, to CDK's names.
+var retentions = map[int]awslogs.RetentionDays{
+	1: awslogs.RetentionDays_ONE_DAY, 3: awslogs.RetentionDays_THREE_DAYS, 5: awslogs.RetentionDays_FIVE_DAYS,
+	7: awslogs.RetentionDays_ONE_WEEK, 14: awslogs.RetentionDays_TWO_WEEKS, 30: awslogs.RetentionDays_ONE_MONTH,
+	60: awslogs.RetentionDays_TWO_MONTHS, 90: awslogs.RetentionDays_THREE_MONTHS, 120: awslogs.RetentionDays_FOUR_MONTHS,
+	150: awslogs.RetentionDays_FIVE_MONTHS, 180: awslogs.RetentionDays_SIX_MONTHS, 365: awslogs.RetentionDays_ONE_YEAR,
+	400: awslogs.RetentionDays_THIRTEEN_MONTHS, 545: awslogs.RetentionDays_EIGHTEEN_MONTHS, 731: awslogs.RetentionDays_TWO_YEARS,
+	1096: awslogs.RetentionDays_THREE_YEARS, 1827: awslogs.RetentionDays_FIVE_YEARS, 2192: awslogs.RetentionDays_SIX_YEARS,
+	2557: awslogs.RetentionDays_SEVEN_YEARS, 2922: awslogs.RetentionDays_EIGHT_YEARS, 3288: awslogs.RetentionDays_NINE_YEARS,
+	3653: awslogs.RetentionDays_TEN_YEARS,
+}
+
+// Context keys read by PropsFromContext (`cdk deploy -c key=value`).
+const (
+	CtxName           = "name"           // resource name prefix, default "sluice"
+	CtxBucket         = "bucket"         // import this bucket instead of creating one
+	CtxPrefix         = "prefix"         // key prefix of the blocks in the bucket
+	CtxLayout         = "layout"         // multi-tenant | single-tenant
+	CtxNoncurrentDays = "noncurrentDays" // created bucket: expire noncurrent versions
+	CtxAbortDays      = "abortMultipartDays"
+	CtxSweepMinutes   = "sweepMinutes"
+	CtxLogDays        = "logRetentionDays"
+	CtxCodeDir        = "codeDir"
+)
+
+// PropsFromContext reads Props from CDK context values; get returns "" for
+// an unset key.
+func PropsFromContext(get func(key string) string) (Props, error) {
+	p := Props{
+		BucketName: get(CtxBucket),
+		KeyPrefix:  get(CtxPrefix),
+		Layout:     get(CtxLayout),
+		CodeDir:    get(CtxCodeDir),
+	}
+	if n := get(CtxName); n != "" {
+		p.Resources = spec.Default(n)
+	}
+	ints := []struct {
+		key string
+		dst *int
+	}{
+		{CtxNoncurrentDays, &p.NoncurrentVersionDays},
+		{CtxAbortDays, &p.AbortMultipartDays},
+		{CtxLogDays, &p.LogRetentionDays},
+	}
+	for _, i := range ints {
+		if v := get(i.key); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return Props{}, fmt.Errorf("context %s=%q: want a positive whole number", i.key, v)
+			}
+			*i.dst = n
+		}
+	}
+	if v := get(CtxSweepMinutes); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return Props{}, fmt.Errorf("context %s=%q: want a positive whole number", CtxSweepMinutes, v)
+		}
+		p.SweepInterval = time.Duration(n) * time.Minute
+	}
+	if err := p.withDefaults().validate(); err != nil {
+		return Props{}, err
+	}
+	return p, nil
+}
