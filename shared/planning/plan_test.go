@@ -1,0 +1,138 @@
+package planning
+
+import (
+	"testing"
+	"time"
+)
+
+const h = int64(time.Hour / time.Millisecond)
+
+func blk(id string, minH, maxH int64, level int) Candidate {
+	return Candidate{ID: id, MinT: minH * h, MaxT: maxH * h, Level: level, Plannable: true, Series: 100, IndexBytes: 1000}
+}
+
+func TestPlan(t *testing.T) {
+	p := Policy{}.Defaults()
+	g12 := GroupKey{Level: 1, RangeStart: 0}
+	g24 := GroupKey{Level: 2, RangeStart: 0}
+	early := time.UnixMilli(12 * h) // the 12h range just ended, not closed
+	late := time.UnixMilli(48 * h)  // every range here is closed
+	sixBlocks := func() []Candidate {
+		var bs []Candidate
+		for i := int64(0); i < 6; i++ {
+			bs = append(bs, blk(string(rune('a'+i)), 2*i, 2*i+2, 0))
+		}
+		return bs
+	}
+	tests := []struct {
+		name    string
+		g       GroupKey
+		blocks  []Candidate
+		now     time.Time
+		sources int
+		wait    string
+	}{
+		{"covered range plans all six", g12, sixBlocks(), early, 6, ""},
+		{"gap waits until closed", g12, sixBlocks()[1:], early, 0, "range not covered yet and not closed"},
+		{"gap plans once closed", g12, sixBlocks()[1:], late, 5, ""},
+		{"busy block backs off", g12, append(sixBlocks(), Candidate{ID: "z", MinT: 0, MaxT: 2 * h, Busy: true}), late, 0,
+			"block z in range is busy with another group"},
+		{"outputs alone never re-plan", g12, []Candidate{blk("o1", 0, 12, 1), blk("o2", 0, 12, 1)}, late, 0,
+			"no new lower-level block in range"},
+		{"late block merges with the level's outputs", g24, []Candidate{blk("o", 0, 24, 2), blk("late", 4, 6, 0)}, late, 2, ""},
+		{"a single spanning block is left alone", g12, []Candidate{blk("x", 0, 12, 0)}, late, 0,
+			"a single block already spans the range"},
+		{"blocks outside the range are ignored", g12, append(sixBlocks(), blk("next", 12, 14, 0)), early, 6, ""},
+		{"unplannable blocks are not sources", g12, append(sixBlocks(), Candidate{ID: "nc", MinT: 0, MaxT: 2 * h}), early, 6, ""},
+		{"24h takes two 12h outputs", g24, []Candidate{blk("a", 0, 12, 1), blk("b", 12, 24, 1)}, time.UnixMilli(24 * h), 2, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := p.Plan(tc.g, tc.blocks, tc.now)
+			if len(d.Sources) != tc.sources || d.Wait != tc.wait {
+				t.Fatalf("Plan = %d sources, wait %q; want %d, %q", len(d.Sources), d.Wait, tc.sources, tc.wait)
+			}
+			if tc.sources > 0 && (d.Partitions < 1 || d.Partitions&(d.Partitions-1) != 0) {
+				t.Fatalf("partitions %d is not a power of two", d.Partitions)
+			}
+			for i := 1; i < len(d.Sources); i++ {
+				if d.Sources[i-1].ID >= d.Sources[i].ID {
+					t.Fatalf("sources not sorted by id: %v", d.Sources)
+				}
+			}
+		})
+	}
+}
+
+func TestPartitionCount(t *testing.T) {
+	p := Policy{MaxSeriesPerPartition: 1000, MaxIndexBytesPerPartition: 1 << 20, MaxPartitions: 8}.Defaults()
+	tests := []struct {
+		series, index uint64
+		want          int
+	}{
+		{0, 0, 1}, {1000, 0, 1}, {1001, 0, 2}, {3500, 0, 4}, {0, 5 << 20, 8}, {1 << 30, 0, 8},
+	}
+	for _, tc := range tests {
+		got := p.PartitionCount([]Candidate{{Series: tc.series, IndexBytes: tc.index}})
+		if got != tc.want {
+			t.Errorf("PartitionCount(series %d, index %d) = %d, want %d", tc.series, tc.index, got, tc.want)
+		}
+	}
+}
+
+func TestTarget(t *testing.T) {
+	p := Policy{}.Defaults()
+	none := func(GroupKey) bool { return false }
+	dayDone := func(g GroupKey) bool { return g.Level == 2 }
+	halfDone := func(g GroupKey) bool { return g.Level == 1 }
+	tests := []struct {
+		name      string
+		level     int
+		minH      int64
+		maxH      int64
+		completed func(GroupKey) bool
+		want      GroupKey
+		ok        bool
+	}{
+		{"fresh 2h block goes to 12h", 0, 14, 16, none, GroupKey{1, 12 * h}, true},
+		{"12h output goes to 24h", 1, 12, 24, none, GroupKey{2, 0}, true},
+		{"late block goes to the compacted day", 0, 14, 16, dayDone, GroupKey{2, 0}, true},
+		{"late block goes to the highest compacted level", 0, 14, 16, halfDone, GroupKey{1, 12 * h}, true},
+		{"top-level block has nowhere to go", 2, 0, 24, none, GroupKey{}, false},
+		{"block straddling 12h goes to 24h", 0, 11, 13, none, GroupKey{2, 0}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := p.Target(tc.level, tc.minH*h, tc.maxH*h, tc.completed)
+			if got != tc.want || ok != tc.ok {
+				t.Fatalf("Target = %v, %v; want %v, %v", got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+func TestGroupKeyRoundTrip(t *testing.T) {
+	for _, g := range []GroupKey{{1, 0}, {2, 86400000}, {1, -43200000}} {
+		back, err := ParseGroupKey(g.String())
+		if err != nil || back != g {
+			t.Fatalf("ParseGroupKey(%q) = %v, %v", g.String(), back, err)
+		}
+	}
+	for _, bad := range []string{"", "x", "0#5", "1#", "1#5#6", "01#5"} {
+		if _, err := ParseGroupKey(bad); err == nil {
+			t.Errorf("ParseGroupKey(%q) accepted a bad key", bad)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	if err := (Policy{Ranges: []time.Duration{12 * time.Hour, 20 * time.Hour}}).Validate(); err == nil {
+		t.Fatal("20h is not a multiple of 12h, yet accepted")
+	}
+	if err := (Policy{MaxPartitions: 12}).Validate(); err == nil {
+		t.Fatal("12 partitions is not a power of two, yet accepted")
+	}
+	if err := (Policy{}).Validate(); err != nil {
+		t.Fatalf("defaults rejected: %v", err)
+	}
+}
