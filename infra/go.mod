@@ -4,6 +4,12 @@ go 1.26.7
 
 replace github.com/sluice-dev/sluice => ../
 
+// The CDK CLI (npm) ships Go templates; synthesized assets land in cdk.out.
+ignore (
+	./node_modules
+	./cdk.out
+)
+
 require (
 	github.com/aws/aws-cdk-go/awscdk/v2 v2.276.0
 	github.com/aws/constructs-go/constructs/v10 v10.8.1

@@ -43,6 +43,13 @@ type Props struct {
 	KeyPrefix string
 	// Layout is spec.LayoutMultiTenant (default) or spec.LayoutSingleTenant.
 	Layout string
+	// Tenant names the one tenant of a single-tenant bucket (required
+	// then, and only then).
+	Tenant string
+	// Env adds settings to every function's environment, e.g.
+	// SLUICE_DELETION_DELAY (see shared/config). Names must start with
+	// SLUICE_ and must not be one the stack sets itself.
+	Env map[string]string
 	// NoncurrentVersionDays expires noncurrent object versions of a created
 	// bucket after this many days (default 30). Sluice deletes by VersionId,
 	// so noncurrent versions come only from overwrites by other writers
@@ -110,6 +117,14 @@ func (p Props) validate() error {
 	if p.Layout != spec.LayoutMultiTenant && p.Layout != spec.LayoutSingleTenant {
 		return fmt.Errorf("layout %q: want %q or %q", p.Layout, spec.LayoutMultiTenant, spec.LayoutSingleTenant)
 	}
+	if (p.Layout == spec.LayoutSingleTenant) != (p.Tenant != "") {
+		return fmt.Errorf("layout %q, tenant %q: a single-tenant bucket needs a tenant, a multi-tenant one none", p.Layout, p.Tenant)
+	}
+	for k := range p.Env {
+		if !strings.HasPrefix(k, "SLUICE_") || reservedEnv[k] {
+			return fmt.Errorf("env %s: must start with SLUICE_ and not be one of the stack's own settings", k)
+		}
+	}
 	if strings.HasPrefix(p.KeyPrefix, "/") || strings.ContainsAny(p.KeyPrefix, "*?") {
 		return fmt.Errorf("prefix %q: must not start with / or contain * or ?", p.KeyPrefix)
 	}
@@ -123,6 +138,12 @@ func (p Props) validate() error {
 		return fmt.Errorf("logRetentionDays %d: not a CloudWatch Logs retention", p.LogRetentionDays)
 	}
 	return nil
+}
+
+// reservedEnv are the variables the stack sets from its own resources.
+var reservedEnv = map[string]bool{
+	spec.EnvBucket: true, spec.EnvTable: true, spec.EnvKeyPrefix: true, spec.EnvLayout: true, spec.EnvTenant: true,
+	spec.EnvBlockEvents: true, spec.EnvJobsQueue: true, spec.EnvCleanerQueue: true, spec.EnvBlockOps: true,
 }
 
 // retentions maps CloudWatch Logs' allowed retentions, in days, to CDK's names.
@@ -143,6 +164,8 @@ const (
 	CtxBucket         = "bucket"         // import this bucket instead of creating one
 	CtxPrefix         = "prefix"         // key prefix of the blocks in the bucket
 	CtxLayout         = "layout"         // multi-tenant | single-tenant
+	CtxTenant         = "tenant"         // the tenant of a single-tenant bucket
+	CtxEnv            = "env"            // extra settings: NAME=value,NAME=value
 	CtxNoncurrentDays = "noncurrentDays" // created bucket: expire noncurrent versions
 	CtxAbortDays      = "abortMultipartDays"
 	CtxSweepMinutes   = "sweepMinutes"
@@ -157,6 +180,7 @@ func PropsFromContext(get func(key string) string) (Props, error) {
 		BucketName: get(CtxBucket),
 		KeyPrefix:  get(CtxPrefix),
 		Layout:     get(CtxLayout),
+		Tenant:     get(CtxTenant),
 		CodeDir:    get(CtxCodeDir),
 	}
 	if n := get(CtxName); n != "" {
@@ -177,6 +201,16 @@ func PropsFromContext(get func(key string) string) (Props, error) {
 				return Props{}, fmt.Errorf("context %s=%q: want a positive whole number", i.key, v)
 			}
 			*i.dst = n
+		}
+	}
+	if v := get(CtxEnv); v != "" {
+		p.Env = map[string]string{}
+		for _, kv := range strings.Split(v, ",") {
+			k, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
+			if !ok || k == "" {
+				return Props{}, fmt.Errorf("context %s=%q: want NAME=value,NAME=value", CtxEnv, v)
+			}
+			p.Env[k] = val
 		}
 	}
 	if v := get(CtxSweepMinutes); v != "" {

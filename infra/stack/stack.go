@@ -65,8 +65,14 @@ func (s *Sluice) env(props Props) map[string]*string {
 		spec.EnvKeyPrefix: jsii.String(props.KeyPrefix),
 		spec.EnvLayout:    jsii.String(props.Layout),
 	}
+	if props.Tenant != "" {
+		e[spec.EnvTenant] = jsii.String(props.Tenant)
+	}
 	for _, q := range props.Resources.Queues {
 		e[spec.QueueURLEnv(q.ID)] = s.Queues[q.ID].QueueUrl()
+	}
+	for k, v := range props.Env {
+		e[k] = jsii.String(v)
 	}
 	return e
 }

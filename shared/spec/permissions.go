@@ -18,6 +18,8 @@ const (
 	// EnvLayout is the bucket layout: LayoutMultiTenant or
 	// LayoutSingleTenant. Unset means LayoutMultiTenant.
 	EnvLayout = "SLUICE_LAYOUT"
+	// EnvTenant names the one tenant of a LayoutSingleTenant bucket.
+	EnvTenant = "SLUICE_TENANT"
 )
 
 // Bucket layouts (DESIGN.md §1).

@@ -1,0 +1,334 @@
+package stack
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/sluice-dev/sluice/shared/spec"
+)
+
+// statement is one IAM policy statement with its values rendered.
+type statement struct {
+	Where     string // logical id of the policy, role or resource policy
+	Sid       string
+	Effect    string
+	Actions   []string
+	Resources []string
+	Condition string // rendered JSON, "" for none
+}
+
+// policyDocs lists the policy documents in the template with where they
+// are: identity policies, inline role policies and resource policies.
+func (t template) policyDocs() map[string]any {
+	docs := map[string]any{}
+	for id, r := range t.Resources {
+		switch r.Type {
+		case "AWS::IAM::Policy", "AWS::IAM::ManagedPolicy", "AWS::S3::BucketPolicy", "AWS::SQS::QueuePolicy", "AWS::SNS::TopicPolicy":
+			docs[id] = r.Properties["PolicyDocument"]
+		case "AWS::IAM::Role":
+			pols, _ := r.Properties["Policies"].([]any)
+			for i, p := range pols {
+				docs[fmt.Sprintf("%s/inline%d", id, i)] = p.(map[string]any)["PolicyDocument"]
+			}
+		}
+	}
+	return docs
+}
+
+func parseStatements(where string, doc any) []statement {
+	m, _ := doc.(map[string]any)
+	raw, _ := m["Statement"].([]any)
+	out := make([]statement, 0, len(raw))
+	for _, r := range raw {
+		s := r.(map[string]any)
+		st := statement{
+			Where:     where,
+			Sid:       render(s["Sid"]),
+			Effect:    render(s["Effect"]),
+			Actions:   list(s["Action"]),
+			Resources: list(s["Resource"]),
+		}
+		if c, ok := s["Condition"]; ok {
+			b, _ := json.Marshal(c)
+			st.Condition = string(b)
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// allStatements is every statement in the template, in a stable order.
+func (t template) allStatements() []statement {
+	docs := t.policyDocs()
+	ids := make([]string, 0, len(docs))
+	for id := range docs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var out []statement
+	for _, id := range ids {
+		out = append(out, parseStatements(id, docs[id])...)
+	}
+	return out
+}
+
+// roleStatements are the identity statements attached to role roleID.
+func (t template) roleStatements(roleID string) []statement {
+	var out []statement
+	for _, id := range t.ofType("AWS::IAM::Policy") {
+		p := t.Resources[id].Properties
+		if slices.Contains(list(p["Roles"]), "${"+roleID+"}") {
+			out = append(out, parseStatements(id, p["PolicyDocument"])...)
+		}
+	}
+	pols, _ := t.Resources[roleID].Properties["Policies"].([]any)
+	for i, p := range pols {
+		out = append(out, parseStatements(fmt.Sprintf("%s/inline%d", roleID, i), p.(map[string]any)["PolicyDocument"])...)
+	}
+	return out
+}
+
+const tlsOnly = `{"Bool":{"aws:SecureTransport":"false"}}`
+
+// wildcardProblems reports every statement that grants a wildcard action.
+// A Deny with a wildcard is allowed only as the TLS-only guard.
+func wildcardProblems(t template) []string {
+	var probs []string
+	for _, st := range t.allStatements() {
+		for _, a := range st.Actions {
+			if !strings.ContainsAny(a, "*?") {
+				continue
+			}
+			if st.Effect == "Deny" && st.Condition == tlsOnly {
+				continue
+			}
+			probs = append(probs, fmt.Sprintf("%s %s: %s action %q", st.Where, st.Sid, st.Effect, a))
+		}
+	}
+	return probs
+}
+
+// roleOf returns the logical id of function fnID's role.
+func (t template) roleOf(fnID string) string {
+	return strings.TrimSuffix(strings.TrimPrefix(render(t.Resources[fnID].Properties["Role"]), "${"), ".Arn}")
+}
+
+// safetyProblems reports the grants that would break DESIGN.md's
+// guarantees whatever the spec says: only the uploader deletes objects or
+// writes meta.json and markers; planner and cleaner write no object;
+// compact writes only index and chunks; only the cleaner scans; nobody
+// deletes records; nothing is granted on "*".
+func safetyProblems(fn spec.FunctionID, sts []statement) []string {
+	var probs []string
+	for _, st := range sts {
+		if st.Effect != "Allow" {
+			continue
+		}
+		for _, a := range st.Actions {
+			bad := func(why string) { probs = append(probs, fmt.Sprintf("%s: %s %s: %s", fn, st.Sid, a, why)) }
+			switch {
+			case strings.HasPrefix(a, "s3:Delete") && fn != spec.Uploader:
+				bad("only the uploader deletes objects")
+			case a == "dynamodb:DeleteItem" || a == "dynamodb:DeleteTable":
+				bad("no function deletes records")
+			case a == "dynamodb:Scan" && fn != spec.Cleaner:
+				bad("only the cleaner's sweep scans")
+			case a == "s3:PutObject" || strings.HasPrefix(a, "s3:PutObject") || a == "s3:RestoreObject" || a == "s3:ReplicateObject":
+				for _, r := range st.Resources {
+					meta := strings.HasSuffix(r, "/meta.json") || strings.HasSuffix(r, "-mark.json")
+					switch {
+					case fn == spec.Planner || fn == spec.Cleaner:
+						bad("planner and cleaner write no object: " + r)
+					case fn == spec.Compact && !(strings.HasSuffix(r, "/*/index") || strings.HasSuffix(r, "/*/chunks/*")):
+						bad("compact writes only index and chunks: " + r)
+					case fn == spec.Uploader && !meta:
+						bad("the uploader writes only meta.json and markers: " + r)
+					}
+				}
+			}
+			for _, r := range st.Resources {
+				if r == "*" {
+					bad("granted on every resource")
+				}
+			}
+		}
+	}
+	return probs
+}
+
+// grantSet renders statements as "action on resource [if condition]".
+func grantSet(sts []statement) []string {
+	var out []string
+	for _, st := range sts {
+		if st.Effect != "Allow" {
+			continue
+		}
+		for _, a := range st.Actions {
+			for _, r := range st.Resources {
+				g := a + " on " + r
+				if st.Condition != "" {
+					g += " if " + st.Condition
+				}
+				out = append(out, g)
+			}
+		}
+	}
+	sort.Strings(out)
+	return slices.Compact(out)
+}
+
+// wantGrants is what spec.Permissions, spec.Function.Sends and the queue a
+// function consumes say the role of f must hold, and nothing more.
+func (d *deployment) wantGrants(t *testing.T, f spec.Function) []string {
+	r := d.props.Resources
+	perm := r.Permissions(f.ID)
+	bucket := d.bucketARN(t)
+	var out []string
+	for _, g := range perm.S3 {
+		for _, a := range g.Actions {
+			for _, o := range g.Objects {
+				out = append(out, a+" on "+bucket+"/"+d.props.KeyPrefix+string(o))
+			}
+		}
+	}
+	for _, a := range perm.S3List {
+		out = append(out, a+" on "+bucket+` if {"StringLike":{"s3:prefix":["`+d.props.KeyPrefix+`*"]}}`)
+	}
+	table := "${" + d.tableID(t) + ".Arn}"
+	for _, a := range perm.DynamoDB {
+		out = append(out, a+" on "+table)
+	}
+	for _, q := range f.Sends {
+		out = append(out, "sqs:SendMessage on ${"+d.queueID(t, r.Queue(q))+".Arn}")
+	}
+	for _, q := range r.Queues {
+		if q.Consumer != f.ID {
+			continue
+		}
+		for _, a := range []string{"sqs:ReceiveMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueUrl", "sqs:DeleteMessage", "sqs:GetQueueAttributes"} {
+			out = append(out, a+" on ${"+d.queueID(t, q)+".Arn}")
+		}
+	}
+	fn := d.cfn.Resources[d.functionID(t, f)].Properties
+	logs := strings.TrimSuffix(strings.TrimPrefix(render(fn["LoggingConfig"].(map[string]any)["LogGroup"]), "${"), "}")
+	for _, a := range []string{"logs:CreateLogStream", "logs:PutLogEvents"} {
+		out = append(out, a+" on ${"+logs+".Arn}")
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestNoStatementGrantsAWildcardAction(t *testing.T) {
+	each(t, func(t *testing.T, d *deployment) {
+		if len(d.cfn.allStatements()) == 0 {
+			t.Fatal("no policy statements found: the walker is broken")
+		}
+		for _, p := range wildcardProblems(d.cfn) {
+			t.Error(p)
+		}
+	})
+}
+
+func TestEachRoleHoldsExactlyItsSpecPermissions(t *testing.T) {
+	each(t, func(t *testing.T, d *deployment) {
+		seen := map[string]spec.FunctionID{}
+		for _, f := range d.props.Resources.Functions {
+			fnID := d.functionID(t, f)
+			role := d.cfn.roleOf(fnID)
+			if other, ok := seen[role]; ok {
+				t.Errorf("%s shares role %s with %s", f.ID, role, other)
+			}
+			seen[role] = f.ID
+			rp := d.cfn.Resources[role].Properties
+			if rp["ManagedPolicyArns"] != nil || rp["Policies"] != nil {
+				t.Errorf("%s: role %s has managed or inline policies: %v %v", f.ID, role, rp["ManagedPolicyArns"], rp["Policies"])
+			}
+			if got := render(rp["AssumeRolePolicyDocument"]); !strings.Contains(got, `"Service":"lambda.amazonaws.com"`) {
+				t.Errorf("%s: role %s is not for Lambda: %s", f.ID, role, got)
+			}
+			sts := d.cfn.roleStatements(role)
+			for _, p := range safetyProblems(f.ID, sts) {
+				t.Error(p)
+			}
+			got, want := grantSet(sts), d.wantGrants(t, f)
+			for _, g := range got {
+				if !slices.Contains(want, g) {
+					t.Errorf("%s: extra grant %s", f.ID, g)
+				}
+			}
+			for _, g := range want {
+				if !slices.Contains(got, g) {
+					t.Errorf("%s: missing grant %s", f.ID, g)
+				}
+			}
+		}
+	})
+}
+
+// The uploader's distinguishing powers are really there (a spec change that
+// took them away would leave the pipeline unable to publish or delete).
+func TestOnlyTheUploaderDeletesAndPublishes(t *testing.T) {
+	each(t, func(t *testing.T, d *deployment) {
+		for _, f := range d.props.Resources.Functions {
+			grants := grantSet(d.cfn.roleStatements(d.cfn.roleOf(d.functionID(t, f))))
+			deletes := slices.ContainsFunc(grants, func(g string) bool { return strings.HasPrefix(g, "s3:DeleteObjectVersion on ") })
+			publishes := slices.ContainsFunc(grants, func(g string) bool {
+				return strings.HasPrefix(g, "s3:PutObject on ") && strings.HasSuffix(g, "/*/meta.json")
+			})
+			if isUp := f.ID == spec.Uploader; deletes != isUp || publishes != isUp {
+				t.Errorf("%s: deletes=%v publishes=%v", f.ID, deletes, publishes)
+			}
+		}
+	})
+}
+
+// The checkers above must catch what they claim to: inject violations into
+// a copy of the synthesized template.
+func TestCheckersCatchViolations(t *testing.T) {
+	d := synth(t, "created")
+	var tm template
+	b, _ := json.Marshal(d.cfn)
+	if err := json.Unmarshal(b, &tm); err != nil {
+		t.Fatal(err)
+	}
+	r := d.props.Resources
+	compactRole := tm.roleOf(d.functionID(t, r.Function(spec.Compact)))
+	plannerRole := tm.roleOf(d.functionID(t, r.Function(spec.Planner)))
+	inject := func(role string, st map[string]any) {
+		for _, id := range tm.ofType("AWS::IAM::Policy") {
+			p := tm.Resources[id].Properties
+			if slices.Contains(list(p["Roles"]), "${"+role+"}") {
+				doc := p["PolicyDocument"].(map[string]any)
+				doc["Statement"] = append(doc["Statement"].([]any), st)
+				return
+			}
+		}
+		t.Fatalf("no policy for %s", role)
+	}
+	bucket := d.bucketARN(t)
+	inject(compactRole, map[string]any{"Sid": "Bad1", "Effect": "Allow", "Action": "s3:DeleteObjectVersion", "Resource": bucket + "/*/index"})
+	inject(compactRole, map[string]any{"Sid": "Bad2", "Effect": "Allow", "Action": "s3:PutObject", "Resource": bucket + "/*/meta.json"})
+	inject(plannerRole, map[string]any{"Sid": "Bad3", "Effect": "Allow", "Action": []any{"s3:Get*"}, "Resource": bucket + "/*"})
+	inject(plannerRole, map[string]any{"Sid": "Bad4", "Effect": "Allow", "Action": "dynamodb:Scan", "Resource": "*"})
+
+	if got := wildcardProblems(tm); len(got) != 1 || !strings.Contains(got[0], "Bad3") {
+		t.Errorf("wildcard problems %v: want exactly Bad3", got)
+	}
+	compact := strings.Join(safetyProblems(spec.Compact, tm.roleStatements(compactRole)), "\n")
+	for _, sid := range []string{"Bad1", "Bad2"} {
+		if !strings.Contains(compact, sid) {
+			t.Errorf("compact's %s not reported:\n%s", sid, compact)
+		}
+	}
+	planner := strings.Join(safetyProblems(spec.Planner, tm.roleStatements(plannerRole)), "\n")
+	if !strings.Contains(planner, "Bad4") || !strings.Contains(planner, "every resource") {
+		t.Errorf("planner's Bad4 not reported:\n%s", planner)
+	}
+	if extra := grantSet(tm.roleStatements(plannerRole)); slices.Equal(extra, d.wantGrants(t, r.Function(spec.Planner))) {
+		t.Error("an injected grant left the planner's grant set equal to the spec's")
+	}
+}
