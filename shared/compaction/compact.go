@@ -1,0 +1,343 @@
+// Package compaction is Sluice's data plane: it compacts source Prometheus
+// TSDB blocks (local directories) into partition p of N of their union, a
+// valid Prometheus block with Thanos and Cortex metadata, byte-identical
+// every time the same job runs.
+//
+// It uses the Prometheus tsdb library for reading, merging and writing
+// (index.Writer, chunks.Writer, the compacting chunk series merger) and
+// knows nothing about S3 or DynamoDB.
+package compaction
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/tsdb"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
+	"github.com/prometheus/prometheus/tsdb/chunks"
+	"github.com/prometheus/prometheus/tsdb/index"
+
+	"github.com/sluice-dev/sluice/shared/blockmeta"
+)
+
+// SourceCompactor is the thanos.source Compact writes by default, so Thanos
+// and Cortex tooling treat the output like their own compactor's.
+const SourceCompactor = "compactor"
+
+// ErrInvalidJob is wrapped by every error about the Job itself.
+var ErrInvalidJob = errors.New("invalid compaction job")
+
+// Job is one partition of one compaction.
+type Job struct {
+	// SourceDirs are local block directories, each with meta.json, index
+	// and chunks/. Their order does not matter.
+	SourceDirs []string
+	// Partition p of PartitionCount N: the output holds the series with
+	// labels.StableHash(lset) % N == p. N must be a power of two in
+	// [1, MaxPartitions]; zero means 1.
+	Partition, PartitionCount int
+	// ULID of the output block (see OutputULID). Required.
+	ULID ulid.ULID
+	// OutDir receives the block as OutDir/<ULID>. Required.
+	OutDir string
+	// ThanosLabels are written to thanos.labels (nil means none).
+	ThanosLabels map[string]string
+	// Resolution is thanos.downsample.resolution in milliseconds (0: raw).
+	Resolution int64
+	// Source is thanos.source; empty means SourceCompactor.
+	Source string
+	// PartitionInfo is written to thanos.extensions.partition_info. It is
+	// required when PartitionCount > 1 and must then name the same
+	// partition; nil with N = 1 writes none.
+	PartitionInfo *blockmeta.PartitionInfo
+	// KeepAllSymbols copies every source's symbol table into the index, as
+	// Prometheus' default populator does. False (the default) writes only
+	// the symbols of the partition's series.
+	KeepAllSymbols bool
+}
+
+// Result describes the written block.
+type Result struct {
+	// Dir is OutDir/<ULID>; empty when Empty.
+	Dir string
+	// Meta is the written meta.json: thanos.files with sizes, compaction
+	// level max(source levels)+1, sources the union of the sources'. Nil
+	// when Empty.
+	Meta *blockmeta.Meta
+	// NumSeries and NumSamples of the output.
+	NumSeries, NumSamples uint64
+	// Empty is true when the partition holds no series: nothing is written.
+	Empty bool
+	// Read lists the sources that were opened; Skipped those whose
+	// partition_info proves they hold no series of the partition (not opened).
+	Read, Skipped []ulid.ULID
+}
+
+type source struct {
+	dir  string
+	meta *blockmeta.Meta
+}
+
+// Compact runs job. On any error the partial output is removed and the
+// error names the source block or step that failed; a source that does not
+// hold the partition (SourceHoldsPartition) is never opened. Running the
+// same job twice writes byte-identical index, chunks and meta.json.
+func Compact(ctx context.Context, logger *slog.Logger, job Job) (*Result, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	start := time.Now()
+	n := job.PartitionCount
+	if n == 0 {
+		n = 1
+	}
+	if err := job.validate(n); err != nil {
+		return nil, err
+	}
+	logger = logger.With("block", job.ULID.String(), "partition", job.Partition, "partitions", n)
+
+	srcs := make([]source, 0, len(job.SourceDirs))
+	seen := map[ulid.ULID]string{}
+	for _, dir := range job.SourceDirs {
+		m, err := blockmeta.ReadDir(dir)
+		if err != nil {
+			return nil, fmt.Errorf("compact %s: source %s: %w", job.ULID, dir, err)
+		}
+		if prev, dup := seen[m.ULID]; dup {
+			return nil, fmt.Errorf("compact %s: source block %s given twice (%s and %s): %w", job.ULID, m.ULID, prev, dir, ErrInvalidJob)
+		}
+		seen[m.ULID] = dir
+		srcs = append(srcs, source{dir: dir, meta: m})
+	}
+	// A fixed order, whatever the caller's: the merge and so the bytes
+	// depend on it.
+	slices.SortFunc(srcs, func(a, b source) int {
+		if a.meta.MinTime != b.meta.MinTime {
+			return cmpInt64(a.meta.MinTime, b.meta.MinTime)
+		}
+		return a.meta.ULID.Compare(b.meta.ULID)
+	})
+
+	out := outputMeta(job, srcs)
+	res := &Result{}
+	pool := chunkenc.NewPool()
+	var readers []tsdb.BlockReader
+	defer func() {
+		for _, r := range readers {
+			_ = r.(*tsdb.Block).Close()
+		}
+	}()
+	for _, s := range srcs {
+		if !SourceHoldsPartition(s.meta, job.Partition, n) {
+			res.Skipped = append(res.Skipped, s.meta.ULID)
+			continue
+		}
+		if err := verifyFiles(s); err != nil {
+			return nil, fmt.Errorf("compact %s: source block %s (%s): %w", job.ULID, s.meta.ULID, s.dir, err)
+		}
+		b, err := tsdb.OpenBlock(logger, s.dir, pool, nil)
+		if err != nil {
+			return nil, fmt.Errorf("compact %s: open source block %s (%s): %w", job.ULID, s.meta.ULID, s.dir, err)
+		}
+		readers = append(readers, b)
+		res.Read = append(res.Read, s.meta.ULID)
+	}
+	if len(readers) == 0 {
+		res.Empty = true
+		logger.Info("partition empty: no source holds it", "skipped", len(res.Skipped))
+		return res, nil
+	}
+
+	pop := PartitionPopulator{Partition: job.Partition, PartitionCount: n, KeepAllSymbols: job.KeepAllSymbols}
+	dir, err := writeBlock(ctx, logger, job.OutDir, out, pool, pop, readers)
+	if err != nil {
+		return nil, fmt.Errorf("compact %s: %w", job.ULID, err)
+	}
+	res.NumSeries, res.NumSamples = out.Stats.NumSeries, out.Stats.NumSamples
+	if dir == "" {
+		res.Empty = true
+		logger.Info("partition empty: no series hash into it", "read", len(res.Read), "skipped", len(res.Skipped))
+		return res, nil
+	}
+	res.Dir, res.Meta = dir, out
+	logger.Info("compacted partition", "series", out.Stats.NumSeries, "samples", out.Stats.NumSamples,
+		"read", len(res.Read), "skipped", len(res.Skipped), "duration", time.Since(start))
+	return res, nil
+}
+
+func (job *Job) validate(n int) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("compact %s: %s: %w", job.ULID, fmt.Sprintf(format, args...), ErrInvalidJob)
+	}
+	switch {
+	case !isPowerOfTwo(n) || n > MaxPartitions:
+		return bad("partition count %d is not a power of two in [1, %d]", n, MaxPartitions)
+	case job.Partition < 0 || job.Partition >= n:
+		return bad("partition %d out of range [0, %d)", job.Partition, n)
+	case job.ULID == (ulid.ULID{}):
+		return bad("no output ULID")
+	case job.OutDir == "":
+		return bad("no output directory")
+	case len(job.SourceDirs) == 0:
+		return bad("no sources")
+	case job.PartitionInfo == nil && n > 1:
+		return bad("partition %d of %d needs PartitionInfo", job.Partition, n)
+	case job.PartitionInfo != nil && (job.PartitionInfo.PartitionCount != n || job.PartitionInfo.PartitionID != job.Partition):
+		return bad("PartitionInfo names partition %d of %d, job is %d of %d",
+			job.PartitionInfo.PartitionID, job.PartitionInfo.PartitionCount, job.Partition, n)
+	}
+	return nil
+}
+
+// outputMeta is the output's meta.json before stats and files: the time
+// range, sources and parents cover every source, read or skipped, so all
+// partitions of a group agree on them.
+func outputMeta(job Job, srcs []source) *blockmeta.Meta {
+	m := &blockmeta.Meta{ULID: job.ULID, MinTime: srcs[0].meta.MinTime, MaxTime: srcs[0].meta.MaxTime, Version: blockmeta.TSDBVersion1}
+	level := 0
+	var sources []ulid.ULID
+	for _, s := range srcs {
+		m.MinTime = min(m.MinTime, s.meta.MinTime)
+		m.MaxTime = max(m.MaxTime, s.meta.MaxTime)
+		level = max(level, s.meta.Compaction.Level)
+		if len(s.meta.Compaction.Sources) == 0 {
+			sources = append(sources, s.meta.ULID)
+		}
+		sources = append(sources, s.meta.Compaction.Sources...)
+		m.Compaction.Parents = append(m.Compaction.Parents, blockmeta.BlockDesc{ULID: s.meta.ULID, MinTime: s.meta.MinTime, MaxTime: s.meta.MaxTime})
+	}
+	slices.SortFunc(sources, func(a, b ulid.ULID) int { return a.Compare(b) })
+	m.Compaction.Sources = slices.Compact(sources)
+	m.Compaction.Level = level + 1
+	labels := map[string]string{}
+	for k, v := range job.ThanosLabels {
+		labels[k] = v
+	}
+	src := job.Source
+	if src == "" {
+		src = SourceCompactor
+	}
+	m.Thanos = &blockmeta.Thanos{Labels: labels, Downsample: blockmeta.Downsample{Resolution: job.Resolution}, Source: src}
+	if job.PartitionInfo != nil {
+		m.SetPartitionInfo(job.PartitionInfo)
+	}
+	return m
+}
+
+// writeBlock writes the block to outDir/<ULID> through a temporary
+// directory, like tsdb.LeveledCompactor.write but with the caller's ULID,
+// without touching the sources' meta.json and without a tombstones file
+// (Thanos does not upload one). It returns "" when the partition is empty.
+// On error nothing is left behind.
+func writeBlock(ctx context.Context, logger *slog.Logger, outDir string, m *blockmeta.Meta, pool chunkenc.Pool, pop tsdb.BlockPopulator, readers []tsdb.BlockReader) (dir string, err error) {
+	final := filepath.Join(outDir, m.ULID.String())
+	tmp := final + ".tmp-for-creation"
+	if err := os.RemoveAll(tmp); err != nil {
+		return "", err
+	}
+	defer func() {
+		if rerr := os.RemoveAll(tmp); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		if err != nil {
+			dir = ""
+		}
+	}()
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return "", err
+	}
+	chunkw, err := chunks.NewWriter(filepath.Join(tmp, blockmeta.ChunksDirname))
+	if err != nil {
+		return "", fmt.Errorf("open chunk writer: %w", err)
+	}
+	indexw, err := index.NewWriter(ctx, filepath.Join(tmp, blockmeta.IndexFilename))
+	if err != nil {
+		_ = chunkw.Close()
+		return "", fmt.Errorf("open index writer: %w", err)
+	}
+	tm := &tsdb.BlockMeta{ULID: m.ULID, MinTime: m.MinTime, MaxTime: m.MaxTime}
+	merge := storage.NewCompactingChunkSeriesMerger(storage.ChainedSeriesMerge)
+	perr := pop.PopulateBlock(ctx, nil, logger, pool, merge, readers, tm, indexw, chunkw, tsdb.AllSortedPostings)
+	cerr := errors.Join(chunkw.Close(), indexw.Close())
+	if perr != nil {
+		return "", perr
+	}
+	if cerr != nil {
+		return "", fmt.Errorf("close writers: %w", cerr)
+	}
+	m.Stats = blockmeta.Stats{
+		NumSamples:          tm.Stats.NumSamples,
+		NumFloatSamples:     tm.Stats.NumFloatSamples,
+		NumHistogramSamples: tm.Stats.NumHistogramSamples,
+		NumSeries:           tm.Stats.NumSeries,
+		NumChunks:           tm.Stats.NumChunks,
+	}
+	if m.Stats.NumSeries == 0 {
+		return "", nil
+	}
+	if m.Thanos.Files, err = blockmeta.GatherFiles(tmp); err != nil {
+		return "", err
+	}
+	if err := m.WriteDir(tmp); err != nil {
+		return "", fmt.Errorf("write meta.json: %w", err)
+	}
+	if err := syncDir(tmp); err != nil {
+		return "", err
+	}
+	if err := os.RemoveAll(final); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return "", fmt.Errorf("rename block dir: %w", err)
+	}
+	return final, nil
+}
+
+// verifyFiles checks the sizes of the files meta.json lists (thanos.files),
+// so a truncated or missing download fails before any work, with a clear
+// message. Blocks without thanos.files are checked by Prometheus' readers.
+func verifyFiles(s source) error {
+	if s.meta.Thanos == nil {
+		return nil
+	}
+	for _, f := range s.meta.Thanos.Files {
+		if f.RelPath == blockmeta.MetaFilename {
+			continue
+		}
+		fi, err := os.Stat(filepath.Join(s.dir, filepath.FromSlash(f.RelPath)))
+		if err != nil {
+			return fmt.Errorf("file listed in meta.json: %w", err)
+		}
+		if f.SizeBytes > 0 && fi.Size() != f.SizeBytes {
+			return fmt.Errorf("%s is %d bytes, meta.json says %d", f.RelPath, fi.Size(), f.SizeBytes)
+		}
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,241 @@
+package compaction
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/tsdb"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
+	"github.com/prometheus/prometheus/tsdb/chunks"
+	"github.com/prometheus/prometheus/tsdb/index"
+)
+
+// PartitionPopulator is a tsdb.BlockPopulator that writes partition
+// Partition of PartitionCount of the union of its source blocks: only the
+// series with labels.StableHash(lset) % PartitionCount == Partition, and —
+// unless KeepAllSymbols — only the symbols those series use (the default
+// populator copies every source's whole symbol table into every output).
+//
+// Overlapping sources are merged by the compactor's merge function (the
+// compacting chunk merger by default: identical samples collapse to one).
+// It plugs into tsdb.LeveledCompactor.CompactWithBlockPopulator, and Compact
+// drives it with a deterministic writer. It holds no state; one value may
+// serve concurrent compactions.
+type PartitionPopulator struct {
+	Partition, PartitionCount int
+	// KeepAllSymbols writes the merged symbol tables of all sources, as
+	// tsdb.DefaultBlockPopulator does. False (the default) prunes.
+	KeepAllSymbols bool
+}
+
+// PopulateBlock implements tsdb.BlockPopulator. blocks must be sorted by
+// MinTime (ties in a fixed order) for the output to be deterministic. It
+// fills meta.Stats.
+func (p PartitionPopulator) PopulateBlock(ctx context.Context, metrics *tsdb.CompactorMetrics, logger *slog.Logger, chunkPool chunkenc.Pool, mergeFunc storage.VerticalChunkSeriesMergeFunc, blocks []tsdb.BlockReader, meta *tsdb.BlockMeta, indexw tsdb.IndexWriter, chunkw tsdb.ChunkWriter, postingsFunc tsdb.IndexReaderPostingsFunc) (err error) {
+	n := max(p.PartitionCount, 1)
+	if p.Partition < 0 || p.Partition >= n {
+		return fmt.Errorf("partition %d out of range [0, %d)", p.Partition, n)
+	}
+	if len(blocks) == 0 {
+		return errors.New("cannot populate block from no readers")
+	}
+	if postingsFunc == nil {
+		postingsFunc = tsdb.AllSortedPostings
+	}
+	if mergeFunc == nil {
+		mergeFunc = storage.NewCompactingChunkSeriesMerger(storage.ChainedSeriesMerge)
+	}
+	if chunkPool == nil {
+		chunkPool = chunkenc.NewPool()
+	}
+	if metrics != nil {
+		metrics.PopulatingBlocks.Set(1)
+		defer metrics.PopulatingBlocks.Set(0)
+	}
+	var closers []io.Closer
+	defer func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			if cerr := closers[i].Close(); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("close: %w", cerr))
+			}
+		}
+	}()
+
+	var (
+		sets    []storage.ChunkSeriesSet
+		allSyms index.StringIter
+		symSet  = map[string]struct{}{}
+	)
+	for i, b := range blocks {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		id := b.Meta().ULID
+		indexr, err := b.Index()
+		if err != nil {
+			return fmt.Errorf("source block %s: open index: %w", id, err)
+		}
+		closers = append(closers, indexr)
+		chunkr, err := b.Chunks()
+		if err != nil {
+			return fmt.Errorf("source block %s: open chunks: %w", id, err)
+		}
+		closers = append(closers, chunkr)
+		tombsr, err := b.Tombstones()
+		if err != nil {
+			return fmt.Errorf("source block %s: open tombstones: %w", id, err)
+		}
+		closers = append(closers, tombsr)
+
+		postings := postingsFunc(ctx, indexr)
+		if n > 1 || !p.KeepAllSymbols {
+			var collect map[string]struct{}
+			if !p.KeepAllSymbols {
+				collect = symSet
+			}
+			postings, err = filterPartition(ctx, indexr, postings, uint64(p.Partition), uint64(n), collect)
+			if err != nil {
+				return fmt.Errorf("source block %s: %w", id, err)
+			}
+		}
+		// Blocks are half-open [min, max): exclude samples at meta.MaxTime.
+		sets = append(sets, tsdb.NewBlockChunkSeriesSet(id, indexr, chunkr, tombsr, postings, meta.MinTime, meta.MaxTime-1, false))
+		if p.KeepAllSymbols {
+			if i == 0 {
+				allSyms = indexr.Symbols()
+			} else {
+				allSyms = tsdb.NewMergedStringIter(allSyms, indexr.Symbols())
+			}
+		}
+	}
+
+	if p.KeepAllSymbols {
+		for allSyms.Next() {
+			if err := indexw.AddSymbol(allSyms.At()); err != nil {
+				return fmt.Errorf("add symbol: %w", err)
+			}
+		}
+		if err := allSyms.Err(); err != nil {
+			return fmt.Errorf("read symbols: %w", err)
+		}
+	} else {
+		syms := make([]string, 0, len(symSet))
+		for s := range symSet {
+			syms = append(syms, s)
+		}
+		slices.Sort(syms)
+		for _, s := range syms {
+			if err := indexw.AddSymbol(s); err != nil {
+				return fmt.Errorf("add symbol: %w", err)
+			}
+		}
+		symSet = nil
+	}
+
+	set := sets[0]
+	if len(sets) > 1 {
+		set = storage.NewMergeChunkSeriesSet(sets, 0, mergeFunc)
+	}
+	var (
+		ref  storage.SeriesRef
+		chks []chunks.Meta
+		it   chunks.Iterator
+	)
+	for set.Next() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		s := set.At()
+		it = s.Iterator(it)
+		chks = chks[:0]
+		for it.Next() {
+			chks = append(chks, it.At())
+		}
+		if err := it.Err(); err != nil {
+			return fmt.Errorf("read chunks of %s: %w", s.Labels(), err)
+		}
+		if len(chks) == 0 { // every chunk deleted by tombstones
+			continue
+		}
+		if err := chunkw.WriteChunks(chks...); err != nil {
+			return fmt.Errorf("write chunks: %w", err)
+		}
+		if err := indexw.AddSeries(ref, s.Labels(), chks...); err != nil {
+			return fmt.Errorf("add series: %w", err)
+		}
+		meta.Stats.NumSeries++
+		meta.Stats.NumChunks += uint64(len(chks))
+		for _, c := range chks {
+			ns := uint64(c.Chunk.NumSamples())
+			meta.Stats.NumSamples += ns
+			switch c.Chunk.Encoding() {
+			case chunkenc.EncHistogram, chunkenc.EncFloatHistogram, chunkenc.EncHistogramST, chunkenc.EncFloatHistogramST:
+				meta.Stats.NumHistogramSamples += ns
+			default:
+				meta.Stats.NumFloatSamples += ns
+			}
+			if err := chunkPool.Put(c.Chunk); err != nil {
+				return fmt.Errorf("put chunk: %w", err)
+			}
+		}
+		ref++
+	}
+	if err := set.Err(); err != nil {
+		return fmt.Errorf("merge sources: %w", err)
+	}
+	if logger != nil {
+		logger.Debug("populated partition", "partition", p.Partition, "partitions", n, "series", meta.Stats.NumSeries)
+	}
+	return nil
+}
+
+// filterPartition returns the postings of p whose series hash into
+// partition part of n, reading only labels (no chunk metadata). When
+// symbols is non-nil it adds the names and values of the kept series.
+func filterPartition(ctx context.Context, ir tsdb.IndexReader, p index.Postings, part, n uint64, symbols map[string]struct{}) (index.Postings, error) {
+	var (
+		kept    []storage.SeriesRef
+		builder labels.ScratchBuilder
+		lset    labels.Labels
+		count   int
+	)
+	for p.Next() {
+		if count++; count%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+		ref := p.At()
+		if err := ir.Series(ref, &builder, nil); err != nil {
+			return nil, fmt.Errorf("read series %d: %w", ref, err)
+		}
+		builder.Overwrite(&lset)
+		if n > 1 && labels.StableHash(lset)%n != part {
+			continue
+		}
+		kept = append(kept, ref)
+		if symbols != nil {
+			// lset aliases builder memory that the next series overwrites:
+			// clone what goes into the map.
+			lset.Range(func(l labels.Label) {
+				if _, ok := symbols[l.Name]; !ok {
+					symbols[strings.Clone(l.Name)] = struct{}{}
+				}
+				if _, ok := symbols[l.Value]; !ok {
+					symbols[strings.Clone(l.Value)] = struct{}{}
+				}
+			})
+		}
+	}
+	if err := p.Err(); err != nil {
+		return nil, fmt.Errorf("iterate postings: %w", err)
+	}
+	return index.NewListPostings(kept), nil
+}
