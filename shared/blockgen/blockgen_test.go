@@ -45,7 +45,7 @@ func TestGenerateReadableAndDeterministic(t *testing.T) {
 		if m.Stats.NumSeries != 300 || m.Stats.NumSamples != 300*120 || m.Stats.NumHistogramSamples == 0 {
 			t.Fatalf("stats = %+v", m.Stats)
 		}
-		if m.MaxTime-m.MinTime != (2 * time.Hour).Milliseconds() || len(m.Thanos.Files) != 3 || m.Thanos.Files[1].SizeBytes == 0 {
+		if m.MaxTime-m.MinTime != (2*time.Hour).Milliseconds() || len(m.Thanos.Files) != 3 || m.Thanos.Files[1].SizeBytes == 0 {
 			t.Fatalf("meta = %+v %+v", m, m.Thanos)
 		}
 		if _, err := blockmeta.ReadDir(a[i].Dir); err != nil {
