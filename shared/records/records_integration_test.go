@@ -1,0 +1,262 @@
+package records_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/localstack/envtest"
+	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/records"
+)
+
+// world is a table with one tenant's blocks, for records tests.
+type world struct {
+	t     *testing.T
+	ctx   context.Context
+	store *records.Store
+	now   time.Time
+}
+
+func newWorld(t *testing.T) *world {
+	env := envtest.New(t)
+	return &world{t: t, ctx: context.Background(), now: time.UnixMilli(1_700_000_000_000),
+		store: records.NewStore(env.Clients.DynamoDB, env.Deployment.Table, env.Logger)}
+}
+
+var g12 = planning.GroupKey{Level: 1, RangeStart: 0}
+
+func (w *world) block(id string, state records.BlockState) records.Block {
+	w.t.Helper()
+	b := records.Block{Tenant: "acme", ID: id, MinT: 0, MaxT: 7_200_000, State: state, Gen: 1, Published: true, Meta: "{}"}
+	if err := w.store.RegisterBlock(w.ctx, b, []planning.GroupKey{g12}); err != nil {
+		w.t.Fatalf("register %s: %v", id, err)
+	}
+	return b
+}
+
+// planned creates version v of g12 over srcs with n partitions, claims and
+// plans it.
+func (w *world) planned(prev records.Group, srcs []records.Block, n int) records.Group {
+	w.t.Helper()
+	g := records.Group{Tenant: "acme", Key: g12, Version: prev.Version + 1, State: records.GroupClaiming,
+		CreatedAt: w.now.UnixMilli(), UpdatedAt: w.now.UnixMilli(), Partitions: n}
+	for _, b := range srcs {
+		g.Sources = append(g.Sources, b.ID)
+	}
+	if err := w.store.CreateVersion(w.ctx, prev, g, w.now); err != nil {
+		w.t.Fatalf("create %s: %v", g.Ref(), err)
+	}
+	if err := w.store.Claim(w.ctx, g.Ref(), srcs, w.now); err != nil {
+		w.t.Fatalf("claim for %s: %v", g.Ref(), err)
+	}
+	if err := w.store.SetGroupState(w.ctx, g, records.GroupClaiming, records.GroupPlanned, w.now); err != nil {
+		w.t.Fatalf("plan %s: %v", g.Ref(), err)
+	}
+	g.State = records.GroupPlanned
+	return g
+}
+
+func (w *world) leaseAndCommit(g records.Group, p int, owner string) error {
+	if _, err := w.store.Lease(w.ctx, "acme", g.Key, g.Version, p, owner, w.now, w.now.Add(time.Minute)); err != nil {
+		return err
+	}
+	out := records.Block{Tenant: "acme", ID: fmt.Sprintf("OUT-%d-%d", g.Version, p), State: records.BlockPending, Gen: 1,
+		ProducedBy: fmt.Sprintf("%s/p%d", g.Ref(), p), Level: 1, Meta: "{}"}
+	return w.store.Commit(w.ctx, "acme", g.Key, g.Version, p, owner, &out, nil, w.now)
+}
+
+func TestRegisterTwiceLosesWithTheExistingRecord(t *testing.T) {
+	w := newWorld(t)
+	w.block("B1", records.BlockLive)
+	err := w.store.RegisterBlock(w.ctx, records.Block{Tenant: "acme", ID: "B1", State: records.BlockLive, Gen: 1}, nil)
+	if !records.IsConditionLost(err) {
+		t.Fatalf("second register: %v, want a lost condition", err)
+	}
+	blocks, err := w.store.RangeBlocks(w.ctx, "acme", g12)
+	if err != nil || len(blocks) != 1 || blocks[0].ID != "B1" {
+		t.Fatalf("range blocks = %v, %v; want B1 once", blocks, err)
+	}
+}
+
+// Sixteen planners race to create version 1 of one group: exactly one wins.
+func TestCreateVersionHasOneWinner(t *testing.T) {
+	w := newWorld(t)
+	const racers = 16
+	var wg sync.WaitGroup
+	results := make([]error, racers)
+	for i := range racers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g := records.Group{Tenant: "acme", Key: g12, Version: 1, State: records.GroupClaiming,
+				CreatedAt: int64(i), Partitions: 4, Sources: []string{fmt.Sprint(i)}}
+			results[i] = w.store.CreateVersion(w.ctx, records.Group{}, g, w.now)
+		}()
+	}
+	wg.Wait()
+	wins := 0
+	for _, err := range results {
+		switch {
+		case err == nil:
+			wins++
+		case !records.IsConditionLost(err):
+			t.Fatalf("unexpected error: %v", err)
+		}
+	}
+	if wins != 1 {
+		t.Fatalf("%d planners created version 1; want exactly 1", wins)
+	}
+	head, _, _ := w.store.GetGroup(w.ctx, "acme", g12)
+	parts, err := w.store.Partitions(w.ctx, "acme", g12, 1)
+	if err != nil || len(parts) != head.Partitions {
+		t.Fatalf("version 1 has %d partition items, head says %d (%v)", len(parts), head.Partitions, err)
+	}
+}
+
+// Two versions of different groups claim an overlapping source: one loses.
+func TestClaimsAreExclusive(t *testing.T) {
+	w := newWorld(t)
+	b := w.block("B1", records.BlockLive)
+	if err := w.store.Claim(w.ctx, "acme/1#0@v1", []records.Block{b}, w.now); err != nil {
+		t.Fatal(err)
+	}
+	err := w.store.Claim(w.ctx, "acme/2#0@v1", []records.Block{b}, w.now)
+	if !records.IsConditionLost(err) {
+		t.Fatalf("second claim: %v, want lost", err)
+	}
+	got, _, _ := w.store.GetBlock(w.ctx, "acme", "B1")
+	if got.ClaimedBy != "acme/1#0@v1" || got.State != records.BlockClaimed || got.Gen != 2 {
+		t.Fatalf("block after claims = %+v", got)
+	}
+}
+
+// The Janus interleaving: the last partition's commit races completion.
+// Whatever the order, a COMPLETE version has every partition DONE, and a
+// commit never lands after completion.
+func TestCompletionConflictsWithCommit(t *testing.T) {
+	for round := range 6 {
+		t.Run(fmt.Sprint(round), func(t *testing.T) {
+			w := newWorld(t)
+			g := w.planned(records.Group{}, []records.Block{w.block("B1", records.BlockLive)}, 2)
+			if err := w.leaseAndCommit(g, 0, "w0"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := w.store.Lease(w.ctx, "acme", g12, 1, 1, "w1", w.now, w.now.Add(time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			var commitErr, completeErr error
+			var wg sync.WaitGroup
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				if round%2 == 0 {
+					time.Sleep(time.Duration(round) * time.Millisecond)
+				}
+				out := records.Block{Tenant: "acme", ID: "OUT-1-1", State: records.BlockPending, Gen: 1, ProducedBy: g.Ref() + "/p1"}
+				commitErr = w.store.Commit(w.ctx, "acme", g12, 1, 1, "w1", &out, nil, w.now)
+			}()
+			go func() {
+				defer wg.Done()
+				if round%2 == 1 {
+					time.Sleep(time.Duration(round) * time.Millisecond)
+				}
+				completeErr = w.store.Complete(w.ctx, g, w.now)
+			}()
+			wg.Wait()
+			for _, err := range []error{commitErr, completeErr} {
+				if err != nil && !records.IsConditionLost(err) {
+					t.Fatalf("unexpected error: %v", err)
+				}
+			}
+			head, _, _ := w.store.GetGroup(w.ctx, "acme", g12)
+			parts, _ := w.store.Partitions(w.ctx, "acme", g12, 1)
+			if head.State == records.GroupComplete {
+				for _, p := range parts {
+					if p.State != records.PartitionDone {
+						t.Fatalf("COMPLETE with partition %d %s", p.Index, p.State)
+					}
+				}
+				if commitErr != nil {
+					t.Fatalf("completion won although the commit it needed lost: %v", commitErr)
+				}
+			} else if completeErr == nil {
+				t.Fatalf("completion reported success but head is %s", head.State)
+			}
+			// Completion a second time, now that both are in: exactly one
+			// state results.
+			if head.State == records.GroupPlanned {
+				if err := w.store.Complete(w.ctx, g, w.now); err != nil {
+					t.Fatalf("completion after the commit: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// Fencing: a job of version 1 cannot lease or commit once version 1 is
+// superseded, and a lease taken over leaves the old owner's commit lost.
+func TestStaleJobsAreFenced(t *testing.T) {
+	w := newWorld(t)
+	b := w.block("B1", records.BlockLive)
+	g := w.planned(records.Group{}, []records.Block{b}, 2)
+
+	if _, err := w.store.Lease(w.ctx, "acme", g12, 1, 0, "old", w.now, w.now.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	later := w.now.Add(time.Minute)
+	if _, err := w.store.Lease(w.ctx, "acme", g12, 1, 0, "live", w.now, w.now.Add(time.Hour)); !records.IsConditionLost(err) {
+		t.Fatalf("lease over a live lease: %v, want lost", err)
+	}
+	attempt, err := w.store.Lease(w.ctx, "acme", g12, 1, 0, "new", later, later.Add(time.Minute))
+	if err != nil || attempt != 2 {
+		t.Fatalf("takeover of an expired lease = attempt %d, %v; want 2", attempt, err)
+	}
+	out := records.Block{Tenant: "acme", ID: "OUT", State: records.BlockPending, Gen: 1, ProducedBy: g.Ref() + "/p0"}
+	if err := w.store.Commit(w.ctx, "acme", g12, 1, 0, "old", &out, nil, later); !records.IsConditionLost(err) {
+		t.Fatalf("commit by the lease's old owner: %v, want lost", err)
+	}
+	if err := w.store.SetGroupState(w.ctx, g, records.GroupPlanned, records.GroupSuperseded, later); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.store.Commit(w.ctx, "acme", g12, 1, 0, "new", &out, nil, later); !records.IsConditionLost(err) {
+		t.Fatalf("commit into a superseded version: %v, want lost", err)
+	}
+	if _, err := w.store.Lease(w.ctx, "acme", g12, 1, 1, "late", later, later.Add(time.Minute)); !records.IsConditionLost(err) {
+		t.Fatalf("lease in a superseded version: %v, want lost", err)
+	}
+	if _, ok, _ := w.store.GetBlock(w.ctx, "acme", "OUT"); ok {
+		t.Fatal("a fenced commit left an output record")
+	}
+	// Version 2 may now be created over version 1 (SUPERSEDED is final);
+	// version 1's job still cannot touch it.
+	g.State = records.GroupSuperseded
+	if err := w.store.ReleaseClaim(w.ctx, g.Ref(), records.Block{Tenant: "acme", ID: "B1"}, later); err != nil {
+		t.Fatal(err)
+	}
+	b, _, _ = w.store.GetBlock(w.ctx, "acme", "B1")
+	g2 := w.planned(g, []records.Block{b}, 1)
+	if _, err := w.store.Lease(w.ctx, "acme", g12, 1, 0, "v1-job", later, later.Add(time.Minute)); !records.IsConditionLost(err) {
+		t.Fatalf("v1 job leasing after v2 exists: %v, want lost", err)
+	}
+	if err := w.leaseAndCommit(g2, 0, "v2-job"); err != nil {
+		t.Fatalf("v2 job: %v", err)
+	}
+}
+
+// A version cannot be created over an unfinished one, and a version
+// bump names the version it read.
+func TestCreateVersionNamesWhatItRead(t *testing.T) {
+	w := newWorld(t)
+	g := w.planned(records.Group{}, []records.Block{w.block("B1", records.BlockLive)}, 1)
+	next := records.Group{Tenant: "acme", Key: g12, Version: 2, State: records.GroupClaiming, Partitions: 1}
+	if err := w.store.CreateVersion(w.ctx, g, next, w.now); !records.IsConditionLost(err) {
+		t.Fatalf("v2 over a PLANNED v1: %v, want lost", err)
+	}
+	stale := records.Group{Tenant: "acme", Key: g12, Version: 0}
+	if err := w.store.CreateVersion(w.ctx, stale, records.Group{Tenant: "acme", Key: g12, Version: 1, Partitions: 1}, w.now); !records.IsConditionLost(err) {
+		t.Fatalf("v1 again from a stale read: %v, want lost", err)
+	}
+}
