@@ -1,0 +1,157 @@
+package blockstore
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
+)
+
+// fakeS3 is an in-memory versioned bucket with S3's conditional-write
+// semantics, for tests that need no emulator.
+type fakeS3 struct {
+	mu       sync.Mutex
+	objects  map[string][]version // key → versions, newest last
+	uploads  map[string]map[int32][]byte
+	seq      int
+	inflight atomic.Int32
+	maxGets  atomic.Int32
+	getDelay time.Duration
+	calls    map[string]int
+}
+
+type version struct {
+	id, etag string
+	data     []byte
+}
+
+func newFake() *fakeS3 {
+	return &fakeS3{objects: map[string][]version{}, uploads: map[string]map[int32][]byte{}, calls: map[string]int{}}
+}
+
+func apiErr(code string) error { return &smithy.GenericAPIError{Code: code, Message: code} }
+
+func (f *fakeS3) count(op string) {
+	f.mu.Lock()
+	f.calls[op]++
+	f.mu.Unlock()
+}
+
+func (f *fakeS3) put(key string, data []byte, etag string) string {
+	f.seq++
+	id := fmt.Sprintf("v%04d", f.seq)
+	f.objects[key] = append(f.objects[key], version{id: id, etag: etag, data: data})
+	return id
+}
+
+func (f *fakeS3) GetObject(ctx context.Context, in *s3.GetObjectInput, _ ...func(*s3.Options)) (*s3.GetObjectOutput, error) {
+	f.count("GetObject")
+	n := f.inflight.Add(1)
+	defer f.inflight.Add(-1)
+	for {
+		m := f.maxGets.Load()
+		if n <= m || f.maxGets.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	time.Sleep(f.getDelay)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	vs := f.objects[*in.Key]
+	for i := len(vs) - 1; i >= 0; i-- {
+		if in.VersionId == nil || *in.VersionId == vs[i].id {
+			return &s3.GetObjectOutput{Body: io.NopCloser(bytes.NewReader(vs[i].data)), ContentLength: aws.Int64(int64(len(vs[i].data))), VersionId: aws.String(vs[i].id)}, nil
+		}
+	}
+	if in.VersionId != nil && len(vs) > 0 {
+		return nil, apiErr("NoSuchVersion")
+	}
+	return nil, apiErr("NoSuchKey")
+}
+
+func (f *fakeS3) HeadObject(ctx context.Context, in *s3.HeadObjectInput, _ ...func(*s3.Options)) (*s3.HeadObjectOutput, error) {
+	f.count("HeadObject")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	vs := f.objects[*in.Key]
+	if len(vs) == 0 {
+		return nil, apiErr("NotFound")
+	}
+	v := vs[len(vs)-1]
+	return &s3.HeadObjectOutput{ContentLength: aws.Int64(int64(len(v.data))), ETag: aws.String(`"` + v.etag + `"`), VersionId: aws.String(v.id)}, nil
+}
+
+func (f *fakeS3) PutObject(ctx context.Context, in *s3.PutObjectInput, _ ...func(*s3.Options)) (*s3.PutObjectOutput, error) {
+	f.count("PutObject")
+	data, err := io.ReadAll(in.Body)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if in.IfNoneMatch != nil && len(f.objects[*in.Key]) > 0 {
+		return nil, apiErr("PreconditionFailed")
+	}
+	sum := md5.Sum(data)
+	return &s3.PutObjectOutput{VersionId: aws.String(f.put(*in.Key, data, hex.EncodeToString(sum[:])))}, nil
+}
+
+func (f *fakeS3) CreateMultipartUpload(ctx context.Context, in *s3.CreateMultipartUploadInput, _ ...func(*s3.Options)) (*s3.CreateMultipartUploadOutput, error) {
+	f.count("CreateMultipartUpload")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.seq++
+	id := fmt.Sprintf("u%d", f.seq)
+	f.uploads[id] = map[int32][]byte{}
+	return &s3.CreateMultipartUploadOutput{UploadId: aws.String(id)}, nil
+}
+
+func (f *fakeS3) UploadPart(ctx context.Context, in *s3.UploadPartInput, _ ...func(*s3.Options)) (*s3.UploadPartOutput, error) {
+	f.count("UploadPart")
+	data, err := io.ReadAll(in.Body)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.uploads[*in.UploadId][*in.PartNumber] = data
+	sum := md5.Sum(data)
+	return &s3.UploadPartOutput{ETag: aws.String(`"` + hex.EncodeToString(sum[:]) + `"`)}, nil
+}
+
+func (f *fakeS3) CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMultipartUploadInput, _ ...func(*s3.Options)) (*s3.CompleteMultipartUploadOutput, error) {
+	f.count("CompleteMultipartUpload")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if in.IfNoneMatch != nil && len(f.objects[*in.Key]) > 0 {
+		return nil, apiErr("PreconditionFailed")
+	}
+	var data []byte
+	h := md5.New()
+	for _, p := range in.MultipartUpload.Parts {
+		part := f.uploads[*in.UploadId][*p.PartNumber]
+		data = append(data, part...)
+		s := md5.Sum(part)
+		h.Write(s[:])
+	}
+	delete(f.uploads, *in.UploadId)
+	etag := fmt.Sprintf("%s-%d", hex.EncodeToString(h.Sum(nil)), len(in.MultipartUpload.Parts))
+	return &s3.CompleteMultipartUploadOutput{VersionId: aws.String(f.put(*in.Key, data, etag))}, nil
+}
+
+func (f *fakeS3) AbortMultipartUpload(ctx context.Context, in *s3.AbortMultipartUploadInput, _ ...func(*s3.Options)) (*s3.AbortMultipartUploadOutput, error) {
+	f.count("AbortMultipartUpload")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.uploads, *in.UploadId)
+	return &s3.AbortMultipartUploadOutput{}, nil
+}
