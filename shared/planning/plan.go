@@ -19,6 +19,10 @@ type Candidate struct {
 	ProducedBy string
 	Series     uint64
 	IndexBytes uint64
+	// Arrived is when the block was registered (ms). A range closes
+	// CloseDelay after both its end and its newest arrival, so a backfill
+	// of old blocks is not planned block by block as they trickle in.
+	Arrived int64
 }
 
 // Decision is the outcome of planning one group.
@@ -29,6 +33,9 @@ type Decision struct {
 	Partitions int
 	// Wait explains why nothing is planned now ("" when Sources is set).
 	Wait string
+	// ClosesAt is when a range that waits for coverage closes (ms), 0
+	// otherwise: the planner asks the sweep to re-plan it then.
+	ClosesAt int64
 }
 
 // Plan decides what group g should compact next, from the blocks whose
@@ -43,7 +50,9 @@ func (p Policy) Plan(g GroupKey, blocks []Candidate, now time.Time) Decision {
 	start, end := g.RangeStart, p.End(g)
 	var srcs []Candidate
 	lower := 0
+	newest := end
 	for _, b := range blocks {
+		newest = max(newest, b.Arrived)
 		if b.MinT < start || b.MaxT > end || b.Level > g.Level {
 			continue
 		}
@@ -64,9 +73,9 @@ func (p Policy) Plan(g GroupKey, blocks []Candidate, now time.Time) Decision {
 	if len(srcs) == 1 && srcs[0].MinT == start && srcs[0].MaxT == end {
 		return Decision{Wait: "a single block already spans the range"}
 	}
-	closed := now.UnixMilli() >= end+p.CloseDelay.Milliseconds()
+	closed := now.UnixMilli() >= newest+p.CloseDelay.Milliseconds()
 	if !closed && !covers(srcs, start, end) {
-		return Decision{Wait: "range not covered yet and not closed"}
+		return Decision{Wait: "range not covered yet and not closed", ClosesAt: newest + p.CloseDelay.Milliseconds()}
 	}
 	sort.Slice(srcs, func(i, j int) bool { return srcs[i].ID < srcs[j].ID })
 	return Decision{Sources: srcs, Partitions: p.PartitionCount(srcs)}

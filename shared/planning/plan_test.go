@@ -44,6 +44,8 @@ func TestPlan(t *testing.T) {
 			"a single block already spans the range"},
 		{"blocks outside the range are ignored", g12, append(sixBlocks(), blk("next", 12, 14, 0)), early, 6, ""},
 		{"unplannable blocks are not sources", g12, append(sixBlocks(), Candidate{ID: "nc", MinT: 0, MaxT: 2 * h}), early, 6, ""},
+		{"a recent arrival keeps a past range open", g12, []Candidate{func() Candidate { c := blk("a", 0, 2, 0); c.Arrived = 47*h + h/2; return c }()}, late, 0,
+			"range not covered yet and not closed"},
 		{"24h takes two 12h outputs", g24, []Candidate{blk("a", 0, 12, 1), blk("b", 12, 24, 1)}, time.UnixMilli(24 * h), 2, ""},
 	}
 	for _, tc := range tests {

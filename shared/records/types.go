@@ -77,7 +77,9 @@ type Block struct {
 	PartitionID    int    `dynamodbav:"pid,omitempty"`
 	Reason         string `dynamodbav:"reason,omitempty"`
 	// RetireAt is when a RETIRING block may be deleted (unix ms).
-	RetireAt  int64 `dynamodbav:"retireAt,omitempty"`
+	RetireAt int64 `dynamodbav:"retireAt,omitempty"`
+	// Arrived is when the block was registered or committed (ms).
+	Arrived   int64 `dynamodbav:"arrived"`
 	UpdatedAt int64 `dynamodbav:"updatedAt"`
 }
 
