@@ -1,0 +1,430 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sluice-dev/sluice/shared/blockkey"
+	"github.com/sluice-dev/sluice/shared/config"
+	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/spec"
+)
+
+func init() {
+	register(&command{
+		name:    "status",
+		summary: "show blocks, groups, leases and dead-letter queues per tenant",
+		usage:   "[--tenant T] [--json] [--all]",
+		aws:     true,
+		help: `Shows, per tenant: blocks by level and state; group versions with their
+state and partition progress; compaction leases held and when they expire;
+blocks Sluice rejected and why. Then every queue: messages waiting and in
+flight, and its dead-letter queue's depth and oldest message's age. A message
+in a dead-letter queue failed five times; 'sluice replay-dlq' sends it back.
+
+It reads the state table (one Query per tenant and per group shown) and asks
+SQS for queue attributes; it never lists the bucket.
+
+Block states: LIVE (readable, plannable), CLAIMED (a source of a running
+group version), RETIRING (compacted; deleted after the deletion delay),
+DELETED, PENDING (an output not yet live), DISCARDED (an output of a
+superseded version), REJECTED (never compacted; the reason is shown).`,
+		setup: func(fs *flag.FlagSet) runFunc {
+			tenant := fs.String("tenant", "", "only this tenant")
+			asJSON := fs.Bool("json", false, "print JSON for scripts")
+			all := fs.Bool("all", false, "list every group, finished ones too")
+			return func(ctx context.Context, e *Env, args []string) error {
+				if len(args) > 0 {
+					return usagef("unexpected argument %q", args[0])
+				}
+				if *tenant != "" {
+					if err := blockkey.ValidateTenant(*tenant); err != nil {
+						return usagef("tenant %q: %v", *tenant, err)
+					}
+				}
+				cfg, err := e.Config(true)
+				if err != nil {
+					return err
+				}
+				c, err := e.Clients(ctx)
+				if err != nil {
+					return err
+				}
+				st := records.NewStore(c.DynamoDB, cfg.Table, quietLogger())
+				rep, err := GatherStatus(ctx, st, c.SQS, cfg, StatusOptions{Tenant: *tenant, AllGroups: *all || *asJSON})
+				if err != nil {
+					return err
+				}
+				if *asJSON {
+					enc := json.NewEncoder(e.Stdout)
+					enc.SetIndent("", "  ")
+					return enc.Encode(rep)
+				}
+				rep.Render(e.Stdout, *all)
+				return nil
+			}
+		},
+	})
+}
+
+// StatusOptions narrow GatherStatus.
+type StatusOptions struct {
+	// Tenant limits the report to one tenant ("" = all).
+	Tenant string
+	// AllGroups reads partition progress of finished groups too.
+	AllGroups bool
+	// Now is the clock; zero means time.Now.
+	Now time.Time
+}
+
+// StatusReport is what `sluice status` shows; its JSON form is stable
+// for scripts.
+type StatusReport struct {
+	At      time.Time      `json:"at"`
+	Bucket  string         `json:"bucket"`
+	Table   string         `json:"table"`
+	Tenants []TenantStatus `json:"tenants"`
+	Queues  []QueueStatus  `json:"queues"`
+	// QueuesNote explains missing queue information.
+	QueuesNote string `json:"queuesNote,omitempty"`
+}
+
+// TenantStatus is one tenant's state.
+type TenantStatus struct {
+	Tenant string `json:"tenant"`
+	// Blocks counts blocks by level, then state.
+	Blocks []LevelCount `json:"blocks"`
+	// LiveBlocks / LiveSamples sum the LIVE blocks.
+	LiveBlocks  int    `json:"liveBlocks"`
+	LiveSamples uint64 `json:"liveSamples"`
+	Groups      []GroupStatus   `json:"groups"`
+	Leases      []LeaseStatus   `json:"leases"`
+	Rejected    []RejectedBlock `json:"rejected"`
+}
+
+// LevelCount counts one level's blocks by state.
+type LevelCount struct {
+	Level int `json:"level"`
+	// Range is the level's group length ("" for uploads, level 0).
+	Range  string         `json:"range,omitempty"`
+	States map[string]int `json:"states"`
+}
+
+// GroupStatus is a group's current version.
+type GroupStatus struct {
+	Group      string `json:"group"`
+	Level      int    `json:"level"`
+	RangeStart int64  `json:"rangeStart"`
+	RangeEnd   int64  `json:"rangeEnd"`
+	Version    int64  `json:"version"`
+	State      string `json:"state"`
+	Partitions int    `json:"partitions"`
+	// Done/Running/Pending count the version's partitions (when read).
+	Done    int   `json:"done"`
+	Running int   `json:"running"`
+	Pending int   `json:"pending"`
+	Sources int   `json:"sources"`
+	Updated int64 `json:"updatedAt"`
+	// PartitionsRead is false when progress was not read (a finished
+	// group without --all).
+	PartitionsRead bool `json:"partitionsRead"`
+}
+
+// LeaseStatus is a partition held by a compaction job.
+type LeaseStatus struct {
+	Group     string `json:"group"`
+	Version   int64  `json:"version"`
+	Partition int    `json:"partition"`
+	Owner     string `json:"owner"`
+	Attempt   int    `json:"attempt"`
+	Until     int64  `json:"leaseUntil"`
+	// ExpiresInSeconds is negative once the lease expired (a new job may
+	// take it over).
+	ExpiresInSeconds int64 `json:"expiresInSeconds"`
+}
+
+// RejectedBlock is a block Sluice will not compact.
+type RejectedBlock struct {
+	Block  string `json:"block"`
+	Reason string `json:"reason"`
+}
+
+// QueueStatus is a queue and its dead-letter queue.
+type QueueStatus struct {
+	Queue    string `json:"queue"`
+	URL      string `json:"url"`
+	Waiting  int    `json:"waiting"`
+	InFlight int    `json:"inFlight"`
+	DLQ      string `json:"dlq,omitempty"`
+	DLQURL   string `json:"dlqUrl,omitempty"`
+	DLQDepth int    `json:"dlqDepth"`
+	// DLQOldestSeconds is the age of the oldest message seen in the DLQ
+	// since it was first sent (-1 when the DLQ is empty).
+	DLQOldestSeconds int64  `json:"dlqOldestSeconds"`
+	Error            string `json:"error,omitempty"`
+}
+
+// SQSAPI is the part of the SQS client status and replay-dlq use.
+type SQSAPI interface {
+	GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, opts ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)
+	GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, opts ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error)
+	ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, opts ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error)
+	SendMessage(ctx context.Context, in *sqs.SendMessageInput, opts ...func(*sqs.Options)) (*sqs.SendMessageOutput, error)
+	DeleteMessage(ctx context.Context, in *sqs.DeleteMessageInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error)
+	ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
+}
+
+// blockStates in the order status shows them.
+var blockStates = []records.BlockState{
+	records.BlockLive, records.BlockClaimed, records.BlockRetiring, records.BlockPending,
+	records.BlockDeleted, records.BlockDiscarded, records.BlockRejected,
+}
+
+// GatherStatus reads the report.
+func GatherStatus(ctx context.Context, st *records.Store, q SQSAPI, cfg config.Config, opts StatusOptions) (*StatusReport, error) {
+	now := opts.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	rep := &StatusReport{At: now.UTC(), Bucket: cfg.Bucket, Table: cfg.Table, Tenants: []TenantStatus{}, Queues: []QueueStatus{}}
+	tenants, err := st.Tenants(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(tenants)
+	if opts.Tenant != "" {
+		tenants = []string{opts.Tenant}
+	}
+	for _, t := range tenants {
+		ts, err := tenantStatus(ctx, st, cfg.Policy, t, opts.AllGroups, now)
+		if err != nil {
+			return nil, err
+		}
+		rep.Tenants = append(rep.Tenants, ts)
+	}
+	rep.Queues, rep.QueuesNote = queueStatus(ctx, q, cfg, now)
+	return rep, nil
+}
+
+func tenantStatus(ctx context.Context, st *records.Store, pol planning.Policy, tenant string, allGroups bool, now time.Time) (TenantStatus, error) {
+	ts := TenantStatus{Tenant: tenant, Blocks: []LevelCount{}, Groups: []GroupStatus{}, Leases: []LeaseStatus{}, Rejected: []RejectedBlock{}}
+	blocks, err := st.TenantBlocks(ctx, tenant)
+	if err != nil {
+		return ts, err
+	}
+	byLevel := map[int]map[string]int{}
+	for _, b := range blocks {
+		if byLevel[b.Level] == nil {
+			byLevel[b.Level] = map[string]int{}
+		}
+		byLevel[b.Level][string(b.State)]++
+		switch b.State {
+		case records.BlockLive:
+			ts.LiveBlocks++
+			ts.LiveSamples += b.Samples
+		case records.BlockRejected:
+			ts.Rejected = append(ts.Rejected, RejectedBlock{Block: b.ID, Reason: b.Reason})
+		}
+	}
+	for l := range byLevel {
+		lc := LevelCount{Level: l, States: byLevel[l]}
+		if l >= 1 && l <= pol.TopLevel() {
+			lc.Range = shortDuration(pol.Range(l))
+		}
+		ts.Blocks = append(ts.Blocks, lc)
+	}
+	sort.Slice(ts.Blocks, func(i, j int) bool { return ts.Blocks[i].Level < ts.Blocks[j].Level })
+	groups, err := st.TenantGroups(ctx, tenant)
+	if err != nil {
+		return ts, err
+	}
+	sort.Slice(groups, func(i, j int) bool {
+		if groups[i].Key.Level != groups[j].Key.Level {
+			return groups[i].Key.Level < groups[j].Key.Level
+		}
+		return groups[i].Key.RangeStart < groups[j].Key.RangeStart
+	})
+	for _, g := range groups {
+		gs := GroupStatus{Group: g.Key.String(), Level: g.Key.Level, RangeStart: g.Key.RangeStart,
+			Version: g.Version, State: string(g.State), Partitions: g.Partitions, Sources: len(g.Sources), Updated: g.UpdatedAt}
+		if g.Key.Level >= 1 && g.Key.Level <= pol.TopLevel() {
+			gs.RangeEnd = pol.End(g.Key)
+		}
+		if g.State.Unfinished() || allGroups {
+			parts, err := st.Partitions(ctx, tenant, g.Key, g.Version)
+			if err != nil {
+				return ts, err
+			}
+			gs.PartitionsRead = true
+			for _, p := range parts {
+				switch p.State {
+				case records.PartitionDone:
+					gs.Done++
+				case records.PartitionRunning:
+					gs.Running++
+					if g.State == records.GroupPlanned {
+						ts.Leases = append(ts.Leases, LeaseStatus{Group: g.Key.String(), Version: g.Version, Partition: p.Index,
+							Owner: p.LeaseOwner, Attempt: p.Attempt, Until: p.LeaseUntil,
+							ExpiresInSeconds: int64(time.UnixMilli(p.LeaseUntil).Sub(now).Seconds())})
+					}
+				default:
+					gs.Pending++
+				}
+			}
+		}
+		ts.Groups = append(ts.Groups, gs)
+	}
+	return ts, nil
+}
+
+// queueOrder is the pipeline's order.
+var queueOrder = []spec.QueueID{spec.BlockEvents, spec.CompactionJobs, spec.CleanerEvents, spec.BlockOps}
+
+func queueURL(cfg config.Config, id spec.QueueID) string {
+	switch id {
+	case spec.BlockEvents:
+		return cfg.Queues.BlockEvents
+	case spec.CompactionJobs:
+		return cfg.Queues.CompactionJobs
+	case spec.CleanerEvents:
+		return cfg.Queues.CleanerEvents
+	case spec.BlockOps:
+		return cfg.Queues.BlockOps
+	}
+	return ""
+}
+
+func queueStatus(ctx context.Context, q SQSAPI, cfg config.Config, now time.Time) ([]QueueStatus, string) {
+	out := []QueueStatus{}
+	var missing []string
+	for _, id := range queueOrder {
+		url := queueURL(cfg, id)
+		if url == "" {
+			missing = append(missing, spec.QueueURLEnv(id))
+			continue
+		}
+		qs := QueueStatus{Queue: string(id), URL: url, DLQOldestSeconds: -1}
+		if err := fillQueue(ctx, q, &qs, now); err != nil {
+			qs.Error = oneLine(explain(err).Error())
+		}
+		out = append(out, qs)
+	}
+	note := ""
+	if len(missing) > 0 {
+		note = "queue URLs not configured: " + strings.Join(missing, ", ")
+	}
+	return out, note
+}
+
+func fillQueue(ctx context.Context, q SQSAPI, qs *QueueStatus, now time.Time) error {
+	attrs, err := q.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(qs.URL),
+		AttributeNames: []sqstypes.QueueAttributeName{
+			sqstypes.QueueAttributeNameApproximateNumberOfMessages,
+			sqstypes.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
+			sqstypes.QueueAttributeNameRedrivePolicy,
+		}})
+	if err != nil {
+		return fmt.Errorf("queue %s: %w", qs.Queue, err)
+	}
+	qs.Waiting = atoi(attrs.Attributes[string(sqstypes.QueueAttributeNameApproximateNumberOfMessages)])
+	qs.InFlight = atoi(attrs.Attributes[string(sqstypes.QueueAttributeNameApproximateNumberOfMessagesNotVisible)])
+	dlqURL, dlqName, err := deadLetterQueue(ctx, q, attrs.Attributes[string(sqstypes.QueueAttributeNameRedrivePolicy)])
+	if err != nil || dlqURL == "" {
+		return err
+	}
+	qs.DLQ, qs.DLQURL = dlqName, dlqURL
+	d, err := q.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(dlqURL),
+		AttributeNames: []sqstypes.QueueAttributeName{
+			sqstypes.QueueAttributeNameApproximateNumberOfMessages,
+			sqstypes.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
+		}})
+	if err != nil {
+		return fmt.Errorf("dead-letter queue %s: %w", dlqName, err)
+	}
+	qs.DLQDepth = atoi(d.Attributes[string(sqstypes.QueueAttributeNameApproximateNumberOfMessages)]) +
+		atoi(d.Attributes[string(sqstypes.QueueAttributeNameApproximateNumberOfMessagesNotVisible)])
+	if qs.DLQDepth > 0 {
+		if oldest, ok, err := peekOldest(ctx, q, dlqURL); err != nil {
+			return err
+		} else if ok {
+			qs.DLQOldestSeconds = int64(now.Sub(oldest).Seconds())
+		}
+	}
+	return nil
+}
+
+// deadLetterQueue resolves a queue's RedrivePolicy to its DLQ's URL and name.
+func deadLetterQueue(ctx context.Context, q SQSAPI, policy string) (url, name string, err error) {
+	if policy == "" {
+		return "", "", nil
+	}
+	var rp struct {
+		DeadLetterTargetArn string `json:"deadLetterTargetArn"`
+	}
+	if err := json.Unmarshal([]byte(policy), &rp); err != nil {
+		return "", "", fmt.Errorf("redrive policy %q: %w", policy, err)
+	}
+	parts := strings.Split(rp.DeadLetterTargetArn, ":")
+	name = parts[len(parts)-1]
+	in := &sqs.GetQueueUrlInput{QueueName: aws.String(name)}
+	if len(parts) == 6 && parts[4] != "" {
+		in.QueueOwnerAWSAccountId = aws.String(parts[4])
+	}
+	res, err := q.GetQueueUrl(ctx, in)
+	if err != nil {
+		return "", name, fmt.Errorf("dead-letter queue %s: %w", name, err)
+	}
+	return aws.ToString(res.QueueUrl), name, nil
+}
+
+// peekOldest receives up to ten messages without hiding them
+// (VisibilityTimeout 0) and returns the earliest SentTimestamp. SQS has no
+// exact "oldest message" attribute; for a DLQ of a few messages this sees
+// them all.
+func peekOldest(ctx context.Context, q SQSAPI, url string) (time.Time, bool, error) {
+	res, err := q.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+		QueueUrl: aws.String(url), MaxNumberOfMessages: 10, VisibilityTimeout: 0, WaitTimeSeconds: 0,
+		MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameSentTimestamp},
+	})
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("peek %s: %w", url, err)
+	}
+	var oldest time.Time
+	for _, m := range res.Messages {
+		ms, err := strconv.ParseInt(m.Attributes[string(sqstypes.MessageSystemAttributeNameSentTimestamp)], 10, 64)
+		if err != nil {
+			continue
+		}
+		if t := time.UnixMilli(ms); oldest.IsZero() || t.Before(oldest) {
+			oldest = t
+		}
+	}
+	return oldest, !oldest.IsZero(), nil
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
+}
+
+// shortDuration renders 12h0m0s as 12h and 30m0s as 30m.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	s = strings.TrimSuffix(s, "0s")
+	s = strings.TrimSuffix(s, "0m")
+	if s == "" {
+		return "0s"
+	}
+	return s
+}
