@@ -11,8 +11,8 @@ package cli
 import (
 	"context"
 	"errors"
-	"fmt"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"sort"

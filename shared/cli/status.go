@@ -106,8 +106,8 @@ type TenantStatus struct {
 	// Blocks counts blocks by level, then state.
 	Blocks []LevelCount `json:"blocks"`
 	// LiveBlocks / LiveSamples sum the LIVE blocks.
-	LiveBlocks  int    `json:"liveBlocks"`
-	LiveSamples uint64 `json:"liveSamples"`
+	LiveBlocks  int             `json:"liveBlocks"`
+	LiveSamples uint64          `json:"liveSamples"`
 	Groups      []GroupStatus   `json:"groups"`
 	Leases      []LeaseStatus   `json:"leases"`
 	Rejected    []RejectedBlock `json:"rejected"`
