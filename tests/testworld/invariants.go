@@ -1,0 +1,230 @@
+package testworld
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/sluice-dev/sluice/shared/blockkey"
+	"github.com/sluice-dev/sluice/shared/blockmeta"
+	"github.com/sluice-dev/sluice/shared/blockstore"
+	"github.com/sluice-dev/sluice/shared/equiv"
+	"github.com/sluice-dev/sluice/shared/records"
+)
+
+// Live lists a tenant's published LIVE blocks: what a reader queries.
+func Live(blocks []records.Block) []records.Block {
+	var out []records.Block
+	for _, b := range blocks {
+		if b.State == records.BlockLive && b.Published {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// CheckQuiescent checks I1–I4 of DESIGN.md §5 for the tenants once the
+// pipeline is quiescent, and returns every violation found.
+//
+//   - I1 the published live blocks hold exactly the uploaded samples
+//     (sample-level equivalence, duplicates counted as violations);
+//   - I2 no two live blocks overlap in time unless they are partitions of
+//     one group version (or under a no-compact mark);
+//   - I3 every published meta.json lists files that exist with their sizes;
+//   - I4 every object version in the bucket is named by a live block's
+//     record (or belongs to a rejected upload or a no-compact mark), and no
+//     delete marker exists: every delete named a VersionId.
+func (w *World) CheckQuiescent(ctx context.Context, tenants ...string) error {
+	var errs []error
+	named := map[string]bool{}
+	for _, tenant := range tenants {
+		blocks := w.Blocks(ctx, tenant)
+		live := Live(blocks)
+		errs = append(errs, w.checkSamples(ctx, tenant, live))
+		errs = append(errs, checkOverlap(tenant, live))
+		for _, b := range live {
+			errs = append(errs, w.checkPublished(ctx, b))
+		}
+		for _, b := range blocks {
+			k, err := w.key(b)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			switch b.State {
+			case records.BlockLive:
+				for _, v := range b.AllVersions() {
+					named[k.Object(v.RelPath)+"@"+v.VersionID] = true
+				}
+				named[k.Object(blockkey.NoCompactMarkFile)+"@*"] = true
+			case records.BlockRejected:
+				named[k.BlockPrefix()+"*"] = true
+			}
+		}
+	}
+	errs = append(errs, w.checkObjects(ctx, named))
+	return errors.Join(errs...)
+}
+
+func (w *World) key(b records.Block) (blockkey.Key, error) {
+	id, err := ulid.ParseStrict(b.ID)
+	if err != nil {
+		return blockkey.Key{}, fmt.Errorf("block %s: %w", b.Key(), err)
+	}
+	return w.Config.Layout.Block(b.Tenant, id)
+}
+
+// checkSamples is I1.
+func (w *World) checkSamples(ctx context.Context, tenant string, live []records.Block) error {
+	dirs, err := w.DownloadBlocks(ctx, live)
+	if err != nil {
+		return err
+	}
+	rep, err := equiv.Check(ctx, w.Uploaded[tenant], dirs)
+	if err != nil {
+		return fmt.Errorf("I1 %s: %w", tenant, err)
+	}
+	if !rep.OK() || rep.InputSamples == 0 {
+		return fmt.Errorf("I1 violated for %s: %s", tenant, rep)
+	}
+	return nil
+}
+
+// DownloadBlocks downloads blocks by their recorded VersionIds into fresh
+// directories, with the meta.json their record holds.
+func (w *World) DownloadBlocks(ctx context.Context, blocks []records.Block) ([]string, error) {
+	base, err := os.MkdirTemp(w.scratch, "download-")
+	if err != nil {
+		return nil, err
+	}
+	var dirs []string
+	for _, b := range blocks {
+		k, err := w.key(b)
+		if err != nil {
+			return nil, err
+		}
+		dir := filepath.Join(base, b.ID)
+		var objs []blockstore.Object
+		for _, f := range b.Files {
+			objs = append(objs, blockstore.Object{Key: k.Object(f.RelPath), VersionID: f.VersionID, Size: f.Size, RelPath: f.RelPath})
+		}
+		if err := blockstore.Download(ctx, w.Env.Clients.S3, w.Config.Bucket, objs, dir, 4); err != nil {
+			return nil, fmt.Errorf("download %s: %w", b.Key(), err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, blockkey.MetaFile), []byte(b.Meta), 0o644); err != nil {
+			return nil, err
+		}
+		dirs = append(dirs, dir)
+	}
+	return dirs, nil
+}
+
+// checkOverlap is I2 at block level.
+func checkOverlap(tenant string, live []records.Block) error {
+	version := func(b records.Block) string {
+		if i := strings.LastIndex(b.ProducedBy, "/p"); i > 0 {
+			return b.ProducedBy[:i]
+		}
+		return "upload " + b.ID
+	}
+	var errs []error
+	for i, a := range live {
+		for _, b := range live[i+1:] {
+			if a.NoCompact || b.NoCompact || a.MaxT <= b.MinT || b.MaxT <= a.MinT {
+				continue
+			}
+			if version(a) != version(b) {
+				errs = append(errs, fmt.Errorf("I2 violated for %s: live blocks %s (%s) and %s (%s) overlap", tenant, a.ID, version(a), b.ID, version(b)))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkPublished is I3: the published meta.json exists, is the recorded
+// version, and its files exist with their listed sizes.
+func (w *World) checkPublished(ctx context.Context, b records.Block) error {
+	k, err := w.key(b)
+	if err != nil {
+		return err
+	}
+	res, err := w.Env.Clients.S3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(w.Config.Bucket), Key: aws.String(k.Object(blockkey.MetaFile))})
+	if err != nil {
+		return fmt.Errorf("I3 violated: %s has no readable meta.json: %w", b.Key(), err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		return fmt.Errorf("I3: read %s meta.json: %w", b.Key(), err)
+	}
+	meta, err := blockmeta.Parse(body, k.Object(blockkey.MetaFile))
+	if err != nil {
+		return fmt.Errorf("I3 violated: %w", err)
+	}
+	if meta.Thanos == nil {
+		return nil
+	}
+	for _, f := range meta.Thanos.Files {
+		if f.RelPath == blockkey.MetaFile {
+			continue
+		}
+		head, err := w.Env.Clients.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(w.Config.Bucket), Key: aws.String(k.Object(f.RelPath))})
+		if err != nil {
+			return fmt.Errorf("I3 violated: %s lists %s, which is missing: %w", b.Key(), f.RelPath, err)
+		}
+		if f.SizeBytes != 0 && aws.ToInt64(head.ContentLength) != f.SizeBytes {
+			return fmt.Errorf("I3 violated: %s lists %s with %d bytes, the object has %d", b.Key(), f.RelPath, f.SizeBytes, aws.ToInt64(head.ContentLength))
+		}
+	}
+	return nil
+}
+
+// checkObjects is I4 at quiescence.
+func (w *World) checkObjects(ctx context.Context, named map[string]bool) error {
+	var errs []error
+	in := &s3.ListObjectVersionsInput{Bucket: aws.String(w.Config.Bucket)}
+	var orphans []string
+	for {
+		res, err := w.Env.Clients.S3.ListObjectVersions(ctx, in)
+		if err != nil {
+			return fmt.Errorf("I4: list: %w", err)
+		}
+		for _, v := range res.Versions {
+			key := aws.ToString(v.Key)
+			if named[key+"@"+aws.ToString(v.VersionId)] || named[key+"@*"] || namedPrefix(named, key) {
+				continue
+			}
+			orphans = append(orphans, key+"@"+aws.ToString(v.VersionId))
+		}
+		for _, m := range res.DeleteMarkers {
+			errs = append(errs, fmt.Errorf("I4 violated: delete marker on %s: a delete without a VersionId", aws.ToString(m.Key)))
+		}
+		if !aws.ToBool(res.IsTruncated) {
+			break
+		}
+		in.KeyMarker, in.VersionIdMarker = res.NextKeyMarker, res.NextVersionIdMarker
+	}
+	sort.Strings(orphans)
+	if len(orphans) > 0 {
+		errs = append(errs, fmt.Errorf("I4 violated: %d object versions belong to no live block: %s", len(orphans), strings.Join(orphans[:min(len(orphans), 10)], ", ")))
+	}
+	return errors.Join(errs...)
+}
+
+func namedPrefix(named map[string]bool, key string) bool {
+	for i := len(key) - 1; i > 0; i-- {
+		if key[i] == '/' && named[key[:i+1]+"*"] {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,218 @@
+// Package testworld builds the worlds that Sluice's end-to-end tests, race
+// replays and chaos runs start from — a provisioned deployment, the local
+// pipeline, synthetic tenants and their blocks uploaded the way a shipper
+// uploads them — and checks the invariants of DESIGN.md §5 against the
+// real bucket and table.
+package testworld
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sluice-dev/sluice/localstack/envtest"
+	"github.com/sluice-dev/sluice/localstack/localrun"
+	"github.com/sluice-dev/sluice/shared/blockgen"
+	"github.com/sluice-dev/sluice/shared/blockkey"
+	"github.com/sluice-dev/sluice/shared/config"
+	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/spec"
+)
+
+// World is one test's deployment, pipeline and uploaded blocks.
+type World struct {
+	T        testing.TB
+	Env      *envtest.Env
+	Pipeline *localrun.Pipeline
+	Config   config.Config
+	Store    *records.Store
+	// Uploaded lists every block directory uploaded, per tenant: the
+	// inputs that I1 compares the live outputs with.
+	Uploaded map[string][]string
+	scratch  string
+}
+
+// Options tune a world.
+type Options struct {
+	// Env options for the deployment.
+	Env []envtest.Option
+	// Pipeline options (Hook, Now, Wrap, S3...); Logger and Configure are
+	// filled in when unset.
+	Pipeline localrun.Options
+	// Configure changes the pipeline's configuration after the test-sized
+	// defaults (deletion delay 2s, orphan delay 2s, sweep every 1s).
+	Configure func(*config.Config)
+}
+
+// New provisions a deployment and wires the pipeline; it does not start
+// it (tests run Pipeline.Settle or drive handlers one by one).
+func New(t testing.TB, o Options) *World {
+	t.Helper()
+	env := envtest.New(t, o.Env...)
+	po := o.Pipeline
+	if po.Logger == nil {
+		po.Logger = env.Logger
+	}
+	if po.SweepInterval == 0 {
+		po.SweepInterval = time.Second
+	}
+	po.Configure = func(c *config.Config) {
+		c.DeletionDelay = 2 * time.Second
+		c.OrphanDelay = 2 * time.Second
+		c.RedriveAfter = 10 * time.Second
+		c.LeaseDuration = time.Minute
+		c.StuckAfter = 5 * time.Minute
+		c.ScratchDir = t.TempDir()
+		if o.Configure != nil {
+			o.Configure(c)
+		}
+	}
+	p, err := localrun.New(env.Clients, env.Deployment, po)
+	if err != nil {
+		t.Fatalf("testworld: %v", err)
+	}
+	return &World{T: t, Env: env, Pipeline: p, Config: p.Deps.Config, Store: p.Deps.Store,
+		Uploaded: map[string][]string{}, scratch: t.TempDir()}
+}
+
+// Generate writes synthetic blocks for a tenant into the world's scratch
+// directory.
+func (w *World) Generate(o blockgen.Options) []blockgen.Block {
+	w.T.Helper()
+	dir := filepath.Join(w.scratch, "gen", o.Tenant, fmt.Sprint(o.Seed), fmt.Sprint(o.Start.UnixMilli()))
+	blocks, err := blockgen.Generate(dir, o)
+	if err != nil {
+		w.T.Fatalf("testworld: generate %s: %v", o.Tenant, err)
+	}
+	return blocks
+}
+
+// Upload uploads one block directory as a shipper does: every file but
+// meta.json first, meta.json last (its arrival means "block complete").
+func (w *World) Upload(ctx context.Context, tenant, dir string) {
+	w.T.Helper()
+	if err := UploadBlock(ctx, w.Env.Clients.S3, w.Config.Bucket, w.Config.Layout, tenant, dir); err != nil {
+		w.T.Fatalf("testworld: %v", err)
+	}
+	w.Uploaded[tenant] = append(w.Uploaded[tenant], dir)
+}
+
+// UploadBlock uploads dir as block <tenant>/<ULID of dir>.
+func UploadBlock(ctx context.Context, c *s3.Client, bucket string, layout blockkey.Layout, tenant, dir string) error {
+	k, err := BlockKeyOf(layout, tenant, dir)
+	if err != nil {
+		return err
+	}
+	var files []string
+	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		if rel != blockkey.MetaFile {
+			files = append(files, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	sort.Strings(files)
+	for _, rel := range append(files, blockkey.MetaFile) {
+		body, err := os.ReadFile(filepath.Join(dir, rel))
+		if err != nil {
+			return err
+		}
+		if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(k.Object(rel)),
+			Body: bytes.NewReader(body)}); err != nil {
+			return fmt.Errorf("upload %s: %w", k.Object(rel), err)
+		}
+	}
+	return nil
+}
+
+// BlockKeyOf is the key of the block in dir (named by its ULID).
+func BlockKeyOf(layout blockkey.Layout, tenant, dir string) (blockkey.Key, error) {
+	return blockkey.Parse(layoutPath(layout, tenant, filepath.Base(dir))+"/"+blockkey.MetaFile, layout)
+}
+
+func layoutPath(l blockkey.Layout, tenant, id string) string {
+	p := strings.Trim(l.Prefix, "/")
+	if p != "" {
+		p += "/"
+	}
+	if l.SingleTenant != "" {
+		return p + id
+	}
+	return p + tenant + "/" + id
+}
+
+// DuplicateEvent sends another S3 ObjectCreated notification for the
+// block's meta.json, shaped as the emulator sends it: what S3's
+// at-least-once delivery does.
+func (w *World) DuplicateEvent(ctx context.Context, tenant, dir string) {
+	w.T.Helper()
+	k, err := BlockKeyOf(w.Config.Layout, tenant, dir)
+	if err != nil {
+		w.T.Fatal(err)
+	}
+	body := fmt.Sprintf(`{"Records":[{"eventVersion":"2.1","eventSource":"aws:s3","awsRegion":"us-east-1",`+
+		`"eventTime":"%s","eventName":"ObjectCreated:Put","s3":{"s3SchemaVersion":"1.0","bucket":{"name":%q,`+
+		`"arn":"arn:aws:s3:::%s"},"object":{"key":%q,"size":1}}}]}`,
+		time.Now().UTC().Format("2006-01-02T15:04:05.000"), w.Config.Bucket, w.Config.Bucket, k.Object(blockkey.MetaFile))
+	if _, err := w.Env.Clients.SQS.SendMessage(ctx, &sqs.SendMessageInput{
+		QueueUrl: aws.String(w.Env.Deployment.QueueURLs[spec.BlockEvents]), MessageBody: aws.String(body),
+	}); err != nil {
+		w.T.Fatalf("testworld: duplicate event: %v", err)
+	}
+}
+
+// Blocks reads every block record of a tenant.
+func (w *World) Blocks(ctx context.Context, tenant string) []records.Block {
+	w.T.Helper()
+	bs, err := w.Store.TenantBlocks(ctx, tenant)
+	if err != nil {
+		w.T.Fatalf("testworld: %v", err)
+	}
+	return bs
+}
+
+// Quiescent reports whether a tenant's pipeline has nothing left to do:
+// no unfinished version, no block between states, nothing waiting for its
+// deletion delay.
+func (w *World) Quiescent(ctx context.Context, tenants ...string) (bool, error) {
+	for _, tenant := range tenants {
+		groups, err := w.Store.TenantGroups(ctx, tenant)
+		if err != nil {
+			return false, err
+		}
+		for _, g := range groups {
+			if g.State.Unfinished() {
+				return false, nil
+			}
+		}
+		blocks, err := w.Store.TenantBlocks(ctx, tenant)
+		if err != nil {
+			return false, err
+		}
+		for _, b := range blocks {
+			switch {
+			case b.State == records.BlockLive && !b.Published,
+				b.State == records.BlockClaimed, b.State == records.BlockPending, b.State == records.BlockRetiring:
+				return false, nil
+			}
+		}
+	}
+	return true, nil
+}
