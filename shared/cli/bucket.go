@@ -96,13 +96,13 @@ func DownloadBlock(ctx context.Context, c S3Reader, bucket string, layout blockk
 		return "", err
 	}
 	for _, f := range b.Files {
-		if err := getTo(ctx, c, bucket, k.Object(f.RelPath), f.VersionID, filepath.Join(out, filepath.FromSlash(f.RelPath))); err != nil {
+		if err := getTo(ctx, c, bucket, k.Object(f.RelPath), f.VersionID, filepath.Join(out, filepath.FromSlash(f.RelPath)), f.Size); err != nil {
 			return "", err
 		}
 	}
 	metaPath := filepath.Join(out, blockmeta.MetaFilename)
 	if b.MetaVersionID != "" {
-		return out, getTo(ctx, c, bucket, k.Object(blockmeta.MetaFilename), b.MetaVersionID, metaPath)
+		return out, getTo(ctx, c, bucket, k.Object(blockmeta.MetaFilename), b.MetaVersionID, metaPath, 0)
 	}
 	return out, os.WriteFile(metaPath, []byte(b.Meta), 0o644)
 }
@@ -115,7 +115,8 @@ func blockKeyOf(layout blockkey.Layout, b records.Block) (blockkey.Key, error) {
 	return layout.Block(b.Tenant, id)
 }
 
-func getTo(ctx context.Context, c S3Reader, bucket, key, vid, path string) error {
+// getTo downloads one object version to path; size > 0 is checked.
+func getTo(ctx context.Context, c S3Reader, bucket, key, vid, path string, size int64) error {
 	in := &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)}
 	if vid != "" {
 		in.VersionId = aws.String(vid)
@@ -132,9 +133,14 @@ func getTo(ctx context.Context, c S3Reader, bucket, key, vid, path string) error
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(f, res.Body); err != nil {
+	n, err := io.Copy(f, res.Body)
+	if err != nil {
 		f.Close()
 		return fmt.Errorf("read s3://%s/%s: %w", bucket, key, err)
+	}
+	if size > 0 && n != size {
+		f.Close()
+		return fmt.Errorf("s3://%s/%s version %s has %d bytes, the record says %d", bucket, key, vid, n, size)
 	}
 	return f.Close()
 }

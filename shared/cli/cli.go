@@ -96,11 +96,35 @@ type command struct {
 	setup func(fs *flag.FlagSet) runFunc
 }
 
-type runFunc func(ctx context.Context, e *Env, args []string) error
+// RunFunc runs a command with its positional arguments.
+type RunFunc = func(ctx context.Context, e *Env, args []string) error
+
+type runFunc = RunFunc
 
 var commands = map[string]*command{}
 
 func register(c *command) { commands[c.name] = c }
+
+// CommandSpec describes a command that another package adds (cmd/sluice
+// adds the demo, which needs the local platform's packages).
+type CommandSpec struct {
+	Name, Summary, Usage, Help string
+	// AWS: the command talks to AWS and takes the common flags.
+	AWS bool
+	// Setup registers the command's flags and returns its RunFunc.
+	Setup func(fs *flag.FlagSet) RunFunc
+}
+
+// Register adds a command.
+func Register(c CommandSpec) {
+	register(&command{name: c.Name, summary: c.Summary, usage: c.Usage, help: c.Help, aws: c.AWS, setup: c.Setup})
+}
+
+// Usagef reports a bad command line (exit 2).
+func Usagef(format string, args ...any) error { return usagef(format, args...) }
+
+// Refusef reports input sluice will not act on (exit 1).
+func Refusef(format string, args ...any) error { return refusef(format, args...) }
 
 // Main runs the sluice command line args (without the program name) and
 // returns the exit code.

@@ -102,7 +102,9 @@ type S3Uploader interface {
 
 // LocalBlock is a block directory that passed CheckBlockDir.
 type LocalBlock struct {
-	Dir  string
+	Dir string
+	// Tenant, when set, overrides UploadOptions.Tenant for this block.
+	Tenant string
 	Meta *blockmeta.Meta
 	// Files are the files to upload before meta.json, index first, as
 	// paths relative to Dir with forward slashes.
@@ -277,6 +279,7 @@ type UploadOptions struct {
 
 // UploadedBlock is what happened to one block.
 type UploadedBlock struct {
+	Tenant string `json:"tenant"`
 	ID     string `json:"id"`
 	Dir    string `json:"dir"`
 	Key    string `json:"key"`
@@ -303,12 +306,20 @@ type UploadSummary struct {
 
 // Print writes the summary's few lines.
 func (s UploadSummary) Print(w io.Writer) {
-	fmt.Fprintf(w, "uploaded %d block(s) of tenant %s to s3://%s: %d files, %s in %s",
-		s.Uploaded, s.Tenant, s.Bucket, s.Files, humanBytes(s.Bytes), s.Elapsed.Round(10*time.Millisecond))
-	if s.Elapsed > 0 && s.Bytes > 0 {
-		fmt.Fprintf(w, " (%s/s)", humanBytes(int64(float64(s.Bytes)/s.Elapsed.Seconds())))
+	who := "tenant " + s.Tenant
+	if strings.Contains(s.Tenant, ",") {
+		who = "tenants " + s.Tenant
 	}
-	fmt.Fprintln(w)
+	if s.Uploaded == 0 {
+		fmt.Fprintf(w, "nothing uploaded to s3://%s: %d block(s) of %s already there\n", s.Bucket, s.Skipped, who)
+	} else {
+		fmt.Fprintf(w, "uploaded %d block(s) of %s to s3://%s: %d files, %s in %s",
+			s.Uploaded, who, s.Bucket, s.Files, humanBytes(s.Bytes), s.Elapsed.Round(10*time.Millisecond))
+		if s.Elapsed > 0 && s.Bytes > 0 {
+			fmt.Fprintf(w, " (%s/s)", humanBytes(int64(float64(s.Bytes)/s.Elapsed.Seconds())))
+		}
+		fmt.Fprintln(w)
+	}
 	for _, b := range s.Blocks {
 		if b.Skipped {
 			fmt.Fprintf(w, "  skipped %s: already in the bucket (--force uploads it again)\n", b.Key)
@@ -327,6 +338,7 @@ func UploadBlocks(ctx context.Context, c S3Uploader, blocks []LocalBlock, opts U
 	if opts.Layout.SingleTenant != "" {
 		sum.Tenant = opts.Layout.SingleTenant
 	}
+	tenants := map[string]bool{}
 	par := opts.Parallelism
 	if par <= 0 {
 		par = 4
@@ -349,14 +361,18 @@ func UploadBlocks(ctx context.Context, c S3Uploader, blocks []LocalBlock, opts U
 		)
 	}
 	for i, b := range blocks {
-		k, err := opts.Layout.Block(opts.Tenant, b.Meta.ULID)
+		tenant := opts.Tenant
+		if b.Tenant != "" {
+			tenant = b.Tenant
+		}
+		k, err := opts.Layout.Block(tenant, b.Meta.ULID)
 		if err != nil {
 			return sum, usagef("%v", err)
 		}
 		if bar != nil {
 			bar.Describe(fmt.Sprintf("block %d/%d", i+1, len(blocks)))
 		}
-		res := UploadedBlock{ID: b.Meta.ULID.String(), Dir: b.Dir, Key: k.BlockKey(), MinT: b.Meta.MinTime, MaxT: b.Meta.MaxTime}
+		res := UploadedBlock{Tenant: k.Tenant, ID: b.Meta.ULID.String(), Dir: b.Dir, Key: k.BlockKey(), MinT: b.Meta.MinTime, MaxT: b.Meta.MaxTime}
 		metaKey := k.Object(blockmeta.MetaFilename)
 		if !opts.Force {
 			_, err := c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(opts.Bucket), Key: aws.String(metaKey)})
@@ -388,6 +404,7 @@ func UploadBlocks(ctx context.Context, c S3Uploader, blocks []LocalBlock, opts U
 		if err != nil {
 			return sum, fmt.Errorf("upload s3://%s/%s: %w", opts.Bucket, metaKey, err)
 		}
+		tenants[k.Tenant] = true
 		res.MetaID = aws.ToString(out.VersionId)
 		res.Files = len(b.Files) + 1
 		res.Bytes = b.Bytes() + int64(len(raw))
@@ -398,6 +415,9 @@ func UploadBlocks(ctx context.Context, c S3Uploader, blocks []LocalBlock, opts U
 	}
 	if bar != nil {
 		_ = bar.Finish()
+	}
+	if len(tenants) > 1 {
+		sum.Tenant = strings.Join(sortedKeys(tenants), ", ")
 	}
 	sum.Elapsed = time.Since(start)
 	return sum, nil
