@@ -105,7 +105,7 @@ type LocalBlock struct {
 	Dir string
 	// Tenant, when set, overrides UploadOptions.Tenant for this block.
 	Tenant string
-	Meta *blockmeta.Meta
+	Meta   *blockmeta.Meta
 	// Files are the files to upload before meta.json, index first, as
 	// paths relative to Dir with forward slashes.
 	Files []LocalFile
