@@ -120,8 +120,8 @@ func (t template) roleOf(fnID string) string {
 // safetyProblems reports the grants that would break DESIGN.md's
 // guarantees whatever the spec says: only the uploader deletes objects or
 // writes meta.json and markers; planner and cleaner write no object;
-// compact writes only index and chunks; only the cleaner scans; nobody
-// deletes records; nothing is granted on "*".
+// compact writes only index and chunks; nobody scans; only the cleaner
+// deletes items; nothing is granted on "*".
 func safetyProblems(fn spec.FunctionID, sts []statement) []string {
 	var probs []string
 	for _, st := range sts {
@@ -133,10 +133,10 @@ func safetyProblems(fn spec.FunctionID, sts []statement) []string {
 			switch {
 			case strings.HasPrefix(a, "s3:Delete") && fn != spec.Uploader:
 				bad("only the uploader deletes objects")
-			case a == "dynamodb:DeleteItem" || a == "dynamodb:DeleteTable":
-				bad("no function deletes records")
-			case a == "dynamodb:Scan" && fn != spec.Cleaner:
-				bad("only the cleaner's sweep scans")
+			case a == "dynamodb:DeleteItem" && fn != spec.Cleaner:
+				bad("only the cleaner deletes items (agenda and index entries)")
+			case a == "dynamodb:Scan" || a == "dynamodb:DeleteTable" || strings.HasPrefix(a, "dynamodb:BatchWrite"):
+				bad("nobody scans, batch-writes or drops the table")
 			case a == "s3:PutObject" || strings.HasPrefix(a, "s3:PutObject") || a == "s3:RestoreObject" || a == "s3:ReplicateObject":
 				for _, r := range st.Resources {
 					meta := strings.HasSuffix(r, "/meta.json") || strings.HasSuffix(r, "-mark.json")
@@ -313,13 +313,14 @@ func TestCheckersCatchViolations(t *testing.T) {
 	inject(compactRole, map[string]any{"Sid": "Bad1", "Effect": "Allow", "Action": "s3:DeleteObjectVersion", "Resource": bucket + "/*/index"})
 	inject(compactRole, map[string]any{"Sid": "Bad2", "Effect": "Allow", "Action": "s3:PutObject", "Resource": bucket + "/*/meta.json"})
 	inject(plannerRole, map[string]any{"Sid": "Bad3", "Effect": "Allow", "Action": []any{"s3:Get*"}, "Resource": bucket + "/*"})
+	inject(compactRole, map[string]any{"Sid": "Bad5", "Effect": "Allow", "Action": "dynamodb:DeleteItem", "Resource": "${" + d.tableID(t) + ".Arn}"})
 	inject(plannerRole, map[string]any{"Sid": "Bad4", "Effect": "Allow", "Action": "dynamodb:Scan", "Resource": "*"})
 
 	if got := wildcardProblems(tm); len(got) != 1 || !strings.Contains(got[0], "Bad3") {
 		t.Errorf("wildcard problems %v: want exactly Bad3", got)
 	}
 	compact := strings.Join(safetyProblems(spec.Compact, tm.roleStatements(compactRole)), "\n")
-	for _, sid := range []string{"Bad1", "Bad2"} {
+	for _, sid := range []string{"Bad1", "Bad2", "Bad5"} {
 		if !strings.Contains(compact, sid) {
 			t.Errorf("compact's %s not reported:\n%s", sid, compact)
 		}

@@ -76,14 +76,16 @@ var (
 
 // DynamoDB action sets on the one table. TransactWriteItems is authorised
 // per item by PutItem, UpdateItem, DeleteItem and ConditionCheckItem;
-// TransactGetItems by GetItem. No function deletes an item: records end
-// by state and TTL.
+// TransactGetItems by GetItem. Nobody scans: the cleaner's sweep queries
+// its agenda (shared/records/agenda.go).
 var (
 	DynamoRead  = []string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query"}
 	DynamoWrite = []string{"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"}
-	// DynamoScan is for the cleaner's scheduled sweep only: it looks for
-	// group versions that are stuck or left halfway, which no key names.
-	DynamoScan = []string{"dynamodb:Scan"}
+	// DynamoDelete is the cleaner's only: it removes agenda entries and
+	// range-membership index items (records.DoneAgenda, StartDelete,
+	// FinishVersion). Block, group and partition records end by state and
+	// TTL, never by a delete.
+	DynamoDelete = []string{"dynamodb:DeleteItem"}
 )
 
 // S3Grant allows Actions on the objects matching any of Objects.
@@ -103,43 +105,65 @@ type Permissions struct {
 	DynamoDB []string
 }
 
-// Permissions returns the IAM permissions of function id.
+// Permissions returns the IAM permissions of function id, fitted to what
+// shared/pipeline calls:
 //
-//   - planner: reads block files (meta.json; HEADs of index and chunks to
-//     learn VersionIds; the markers, to honour no-compact marks) and lists
-//     one block's prefix for plain Prometheus blocks without thanos.files.
-//   - compact: reads source blocks; writes its output's index and chunks,
-//     never meta.json or a marker (the uploader publishes).
-//   - cleaner: reads block files and lists versions for the orphan sweep;
-//     it deletes nothing itself, it sends DELETE ops.
-//   - uploader: the ONLY writer of meta.json and markers and the ONLY
-//     deleter.
+//   - planner: GetObject of meta.json; HeadObject of the files meta.json
+//     lists and of no-compact-mark.json; ListObjectVersions of one block's
+//     prefix for plain Prometheus blocks without thanos.files. Records:
+//     register, claim, create versions, agenda entries.
+//   - compact: reads source blocks by VersionId; writes its output's index
+//     and chunks (single-part or multipart), never meta.json or a marker:
+//     the uploader publishes. Records: lease, commit.
+//   - cleaner: ListObjectVersions under output keys for the orphan sweep;
+//     reads no object and deletes none, it sends DELETE ops. Records: every
+//     transition after commit, and its agenda.
+//   - uploader: the ONLY writer of meta.json and markers (PutObject with
+//     If-None-Match, HeadObject after a 412) and the ONLY deleter
+//     (DeleteObject with a VersionId). Records: reads a block's gen and
+//     records what it published or marked; it never creates a record.
+//
+// Every function also holds s3:ListBucket under the prefix where it reads
+// objects, so a missing key answers 404 rather than 403.
 func (r Resources) Permissions(id FunctionID) Permissions {
-	read := S3Grant{Actions: S3Read, Objects: BlockObjects}
-	list := append(append([]string{}, S3ListKeys...), S3ListVersions...)
-	rw := append(append([]string{}, DynamoRead...), DynamoWrite...)
+	cat := func(sets ...[]string) []string {
+		var out []string
+		for _, s := range sets {
+			out = append(out, s...)
+		}
+		return out
+	}
+	published := []ObjectPattern{MetaObjects, DeletionMarkObjects, NoCompactMarkObjects}
 	switch id {
 	case Planner:
-		return Permissions{S3: []S3Grant{read}, S3List: list, DynamoDB: rw}
+		return Permissions{
+			S3:       []S3Grant{{Actions: S3Read, Objects: BlockObjects}},
+			S3List:   cat(S3ListKeys, S3ListVersions),
+			DynamoDB: cat(DynamoRead, DynamoWrite),
+		}
 	case Compact:
 		return Permissions{
-			S3:       []S3Grant{read, {Actions: S3Write, Objects: []ObjectPattern{IndexObjects, ChunkObjects}}},
+			S3: []S3Grant{
+				{Actions: S3Read, Objects: BlockObjects},
+				{Actions: S3Write, Objects: []ObjectPattern{IndexObjects, ChunkObjects}},
+			},
 			S3List:   S3ListKeys,
-			DynamoDB: rw,
+			DynamoDB: cat(DynamoRead, DynamoWrite),
 		}
 	case Cleaner:
-		return Permissions{S3: []S3Grant{read}, S3List: list, DynamoDB: append(rw, DynamoScan...)}
+		return Permissions{
+			S3List:   S3ListVersions,
+			DynamoDB: cat(DynamoRead, DynamoWrite, DynamoDelete),
+		}
 	case Uploader:
 		return Permissions{
 			S3: []S3Grant{
-				read,
-				{Actions: S3Write, Objects: []ObjectPattern{MetaObjects, DeletionMarkObjects, NoCompactMarkObjects}},
+				{Actions: S3Read, Objects: published},
+				{Actions: S3Write, Objects: published},
 				{Actions: S3Delete, Objects: BlockObjects},
 			},
-			S3List: S3ListKeys,
-			// It checks a block's gen and records what it wrote or deleted;
-			// it never creates a record.
-			DynamoDB: append(append([]string{}, DynamoRead...), "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"),
+			S3List:   S3ListKeys,
+			DynamoDB: cat(DynamoRead, []string{"dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"}),
 		}
 	}
 	panic("spec: unknown function " + string(id))

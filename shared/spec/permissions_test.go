@@ -38,11 +38,15 @@ func TestOnlyTheUploaderDeletesOrPublishes(t *testing.T) {
 	}
 }
 
-func TestOnlyTheCleanerScans(t *testing.T) {
+func TestNobodyScansAndOnlyTheCleanerDeletesRecords(t *testing.T) {
 	r := Default("t")
 	for _, f := range r.Functions {
-		if got := slices.Contains(r.Permissions(f.ID).DynamoDB, "dynamodb:Scan"); got != (f.ID == Cleaner) {
-			t.Errorf("%s: Scan granted = %v", f.ID, got)
+		p := r.Permissions(f.ID).DynamoDB
+		if slices.Contains(p, "dynamodb:Scan") {
+			t.Errorf("%s may scan", f.ID)
+		}
+		if got := slices.Contains(p, "dynamodb:DeleteItem"); got != (f.ID == Cleaner) {
+			t.Errorf("%s: DeleteItem granted = %v", f.ID, got)
 		}
 	}
 }
