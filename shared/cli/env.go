@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/smithy-go"
+
 	"github.com/sluice-dev/sluice/shared/awsenv"
 	"github.com/sluice-dev/sluice/shared/config"
 	"github.com/sluice-dev/sluice/shared/spec"
@@ -183,7 +185,23 @@ func explain(err error) error {
 		}
 		return &UnreachableError{Endpoint: ep, Err: err}
 	}
-	return err
+	return shortenAWS(err)
+}
+
+// shortenAWS replaces the SDK's long "operation error S3: GetObject, https
+// response error StatusCode: 404, RequestID: ..., api error NoSuchKey: ..."
+// inside err's message by "S3 GetObject: NoSuchKey: ...".
+func shortenAWS(err error) error {
+	var oe *smithy.OperationError
+	var api smithy.APIError
+	if !errors.As(err, &oe) || !errors.As(err, &api) {
+		return err
+	}
+	short := fmt.Sprintf("%s %s: %s", oe.ServiceID, oe.OperationName, api.ErrorCode())
+	if m := api.ErrorMessage(); m != "" {
+		short += ": " + m
+	}
+	return errors.New(strings.Replace(err.Error(), oe.Error(), short, 1))
 }
 
 func rootCause(err error) error {

@@ -62,7 +62,7 @@ superseded version), REJECTED (never compacted; the reason is shown).`,
 					return err
 				}
 				st := records.NewStore(c.DynamoDB, cfg.Table, quietLogger())
-				rep, err := GatherStatus(ctx, st, c.SQS, cfg, StatusOptions{Tenant: *tenant, AllGroups: *all || *asJSON})
+				rep, err := GatherStatus(ctx, st, c.DynamoDB, c.SQS, cfg, StatusOptions{Tenant: *tenant, AllGroups: *all || *asJSON})
 				if err != nil {
 					return err
 				}
@@ -192,17 +192,16 @@ var blockStates = []records.BlockState{
 }
 
 // GatherStatus reads the report.
-func GatherStatus(ctx context.Context, st *records.Store, q SQSAPI, cfg config.Config, opts StatusOptions) (*StatusReport, error) {
+func GatherStatus(ctx context.Context, st *records.Store, db TableQuerier, q SQSAPI, cfg config.Config, opts StatusOptions) (*StatusReport, error) {
 	now := opts.Now
 	if now.IsZero() {
 		now = time.Now()
 	}
 	rep := &StatusReport{At: now.UTC(), Bucket: cfg.Bucket, Table: cfg.Table, Tenants: []TenantStatus{}, Queues: []QueueStatus{}}
-	tenants, err := st.Tenants(ctx)
+	tenants, err := listTenants(ctx, st, db, cfg.Table)
 	if err != nil {
 		return nil, err
 	}
-	sort.Strings(tenants)
 	if opts.Tenant != "" {
 		tenants = []string{opts.Tenant}
 	}
@@ -388,13 +387,15 @@ func deadLetterQueue(ctx context.Context, q SQSAPI, policy string) (url, name st
 	return aws.ToString(res.QueueUrl), name, nil
 }
 
-// peekOldest receives up to ten messages without hiding them
-// (VisibilityTimeout 0) and returns the earliest SentTimestamp. SQS has no
-// exact "oldest message" attribute; for a DLQ of a few messages this sees
-// them all.
+// peekOldest receives up to ten messages, makes them visible again at
+// once, and returns the earliest SentTimestamp. SQS has no exact "oldest
+// message" attribute; for a DLQ of a few messages this sees them all. (The
+// SDK cannot send VisibilityTimeout 0 on a receive — zero is omitted — so
+// the receive hides them for a second and ChangeMessageVisibility undoes
+// it.)
 func peekOldest(ctx context.Context, q SQSAPI, url string) (time.Time, bool, error) {
 	res, err := q.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-		QueueUrl: aws.String(url), MaxNumberOfMessages: 10, VisibilityTimeout: 0, WaitTimeSeconds: 0,
+		QueueUrl: aws.String(url), MaxNumberOfMessages: 10, VisibilityTimeout: 1,
 		MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameSentTimestamp},
 	})
 	if err != nil {
@@ -402,6 +403,8 @@ func peekOldest(ctx context.Context, q SQSAPI, url string) (time.Time, bool, err
 	}
 	var oldest time.Time
 	for _, m := range res.Messages {
+		_, _ = q.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+			QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0})
 		ms, err := strconv.ParseInt(m.Attributes[string(sqstypes.MessageSystemAttributeNameSentTimestamp)], 10, 64)
 		if err != nil {
 			continue

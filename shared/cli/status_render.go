@@ -42,14 +42,14 @@ func (t TenantStatus) render(w io.Writer, now time.Time, allGroups bool) {
 				}
 			}
 		}
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprint(tw, "  BLOCKS\t")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		row := []string{"  BLOCKS"}
 		for _, s := range blockStates {
 			if present[string(s)] {
-				fmt.Fprintf(tw, "%s\t", s)
+				row = append(row, string(s))
 			}
 		}
-		fmt.Fprintln(tw)
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
 		for _, l := range t.Blocks {
 			name := fmt.Sprintf("level %d", l.Level)
 			switch {
@@ -58,13 +58,13 @@ func (t TenantStatus) render(w io.Writer, now time.Time, allGroups bool) {
 			case l.Range != "":
 				name += " (" + l.Range + ")"
 			}
-			fmt.Fprintf(tw, "  %s\t", name)
+			row := []string{"  " + name}
 			for _, s := range blockStates {
 				if present[string(s)] {
-					fmt.Fprintf(tw, "%s\t", dash(l.States[string(s)]))
+					row = append(row, dash(l.States[string(s)]))
 				}
 			}
-			fmt.Fprintln(tw)
+			fmt.Fprintln(tw, strings.Join(row, "\t"))
 		}
 		tw.Flush()
 	}
@@ -139,7 +139,10 @@ func renderQueues(w io.Writer, qs []QueueStatus, note string) {
 		}
 		oldest := "-"
 		if q.DLQOldestSeconds >= 0 {
-			oldest = humanDuration(time.Duration(q.DLQOldestSeconds)*time.Second) + " old"
+			oldest = "<1s old"
+			if q.DLQOldestSeconds > 0 {
+				oldest = humanDuration(time.Duration(q.DLQOldestSeconds)*time.Second) + " old"
+			}
 		}
 		dl := fmt.Sprint(q.DLQDepth)
 		if q.DLQ == "" {

@@ -1,0 +1,134 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sluice-dev/sluice/shared/blockgen"
+	"github.com/sluice-dev/sluice/shared/messages"
+	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/spec"
+)
+
+func TestStatusCommand(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	now := time.Now()
+
+	r := w.run("status")
+	r.wantCode(t, 0)
+	if !strings.Contains(r.stdout, "No tenant has uploaded a block yet") {
+		t.Errorf("empty deployment:\n%s", r.stdout)
+	}
+
+	// team-a: two live uploads, one rejected, a 12h group at v1 with two
+	// partitions, one of them leased; a job in the compaction DLQ.
+	dirs := gen(t, blockgen.Options{Tenant: "status", Blocks: 3})
+	bs := w.uploadAndRegister("team-a", dirs[:2], nil)
+	w.uploadAndRegister("team-a", dirs[2:], func(_ int, b *records.Block) {
+		b.State, b.Reason = records.BlockRejected, "block file missing: team-a/X/index"
+	})
+	g := planning.GroupKey{Level: 1, RangeStart: bs[0].MinT}
+	head := records.Group{Tenant: "team-a", Key: g, Version: 1, State: records.GroupClaiming, CreatedAt: now.UnixMilli(),
+		UpdatedAt: now.UnixMilli(), Partitions: 2, Sources: []string{bs[0].ID, bs[1].ID}}
+	if err := w.store.CreateVersion(ctx, records.Group{}, head, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.store.SetGroupState(ctx, head, records.GroupClaiming, records.GroupPlanned, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.store.Lease(ctx, "team-a", g, 1, 1, "compact@test-worker", now, now.Add(20*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	body, _ := messages.Encode(messages.Job{Tenant: "team-a", Group: g.String(), Version: 1, Partition: 0, Output: bs[0].ID})
+	if _, err := w.env.Clients.SQS.SendMessage(ctx, &sqs.SendMessageInput{
+		QueueUrl: aws.String(w.env.Deployment.DLQURLs[spec.CompactionJobs]), MessageBody: aws.String(body),
+		MessageGroupId: aws.String("team-a/" + bs[0].ID), MessageDeduplicationId: aws.String("dead-1"),
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("table", func(t *testing.T) {
+		r := w.run("status")
+		r.wantCode(t, 0)
+		for _, want := range []string{
+			"TENANT team-a — 2 live block(s)",
+			"BLOCKS", "LIVE", "REJECTED", "level 0 (uploads)",
+			"L1 " + g.String(), "v1", "PLANNED", "0/2 done, 1 running",
+			"compact@test-worker", "in 19m",
+			"block file missing: team-a/X/index",
+			"compaction-jobs",
+		} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("status lacks %q", want)
+			}
+		}
+		line := lineWith(r.stdout, "compaction-jobs ")
+		if f := strings.Fields(line); len(f) < 4 || f[3] != "1" {
+			t.Errorf("compaction-jobs line %q does not show one dead letter", line)
+		}
+		if !strings.Contains(line, "old") {
+			t.Errorf("compaction-jobs line %q does not show the oldest dead letter's age", line)
+		}
+	})
+
+	t.Run("json", func(t *testing.T) {
+		r := w.run("status", "--json", "--tenant", "team-a")
+		r.wantCode(t, 0)
+		var rep StatusReport
+		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+			t.Fatalf("not JSON: %v", err)
+		}
+		if len(rep.Tenants) != 1 || rep.Tenants[0].Tenant != "team-a" {
+			t.Fatalf("tenants: %+v", rep.Tenants)
+		}
+		ts := rep.Tenants[0]
+		if ts.LiveBlocks != 2 || len(ts.Rejected) != 1 || len(ts.Groups) != 1 || len(ts.Leases) != 1 {
+			t.Errorf("tenant: %+v", ts)
+		}
+		if l := ts.Leases[0]; l.Owner != "compact@test-worker" || l.Partition != 1 || l.ExpiresInSeconds < 1000 {
+			t.Errorf("lease: %+v", l)
+		}
+		var dead int
+		for _, q := range rep.Queues {
+			dead += q.DLQDepth
+			if q.Queue == string(spec.CompactionJobs) && (q.DLQDepth != 1 || q.DLQOldestSeconds < 0) {
+				t.Errorf("compaction-jobs: %+v", q)
+			}
+		}
+		if dead != 1 || len(rep.Queues) != 4 {
+			t.Errorf("queues: %+v", rep.Queues)
+		}
+	})
+
+	t.Run("refusals", func(t *testing.T) {
+		r := w.run("status", "--tenant", "a b")
+		r.wantCode(t, 2)
+		r.wantOneLineError(t, "invalid tenant id")
+		w.run("status", "extra").wantCode(t, 2)
+		vars := map[string]string{}
+		for k, v := range w.vars {
+			vars[k] = v
+		}
+		vars["AWS_ENDPOINT_URL"] = "http://127.0.0.1:" + closedPort(t)
+		r = runWith(t, vars, "status")
+		r.wantCode(t, 1)
+		r.wantOneLineError(t, "cannot reach the AWS endpoint "+vars["AWS_ENDPOINT_URL"])
+	})
+}
+
+func lineWith(out, sub string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, sub) {
+			return l
+		}
+	}
+	return ""
+}
