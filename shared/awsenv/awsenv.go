@@ -71,6 +71,10 @@ func Load(ctx context.Context, opts Options) (*Clients, error) {
 		Config: cfg,
 		S3: s3.NewFromConfig(cfg, func(o *s3.Options) {
 			o.UsePathStyle = endpoint != ""
+			// Emulators return no response checksums; the SDK would log a
+			// line for every GetObject. Integrity is checked by size (and,
+			// for uploads, by ETag) in shared/blockstore.
+			o.DisableLogOutputChecksumValidationSkipped = endpoint != ""
 		}),
 		SQS:      sqs.NewFromConfig(cfg),
 		DynamoDB: dynamodb.NewFromConfig(cfg),

@@ -322,9 +322,16 @@ func (c Cleaner) cleanupSuperseded(ctx context.Context, head records.Group) erro
 
 // orphans deletes every object version under the output keys of a final
 // version that no record names: objects of attempts that lost. It lists
-// only those blocks' own prefixes.
+// only those blocks' own prefixes, and only for partitions where a second
+// job can have written: more than one lease taken, or one taken and never
+// committed. On the happy path it lists nothing.
 func (c Cleaner) orphans(ctx context.Context, head records.Group, parts []records.Partition) error {
 	for _, p := range parts {
+		if p.Attempt == 0 || (p.Attempt == 1 && p.State == records.PartitionDone) {
+			// Never leased, or leased once and committed: the one job that
+			// could write under this key is the one the record names.
+			continue
+		}
 		out := outputULID(records.Group{Tenant: head.Tenant, Key: head.Key, Version: head.Version, CreatedAt: p.CreatedAt}, p.Index)
 		id := out.String()
 		rec, known, err := c.Store.GetBlock(ctx, head.Tenant, id)

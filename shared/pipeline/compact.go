@@ -205,6 +205,7 @@ func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []
 		Tenant: head.Tenant, ID: outID.String(), MinT: res.Meta.MinTime, MaxT: res.Meta.MaxTime, Level: head.Key.Level,
 		State: records.BlockPending, Gen: 1, ProducedBy: fmt.Sprintf("%s/p%d", head.Ref(), p),
 		Meta: string(metaBody), Series: res.NumSeries, Samples: res.NumSamples, UpdatedAt: c.now().UnixMilli(),
+		Arrived: c.now().UnixMilli(),
 	}
 	if head.Partitions > 1 {
 		out.PartitionCount, out.PartitionID = head.Partitions, p

@@ -135,7 +135,7 @@ func (p Planner) recognise(ctx context.Context, k blockkey.Key, b records.Block,
 // REJECTED with the reason when it cannot be compacted.
 func (p Planner) register(ctx context.Context, k blockkey.Key, body []byte, vid string, log *slog.Logger) (records.Block, error) {
 	b := records.Block{Tenant: k.Tenant, ID: k.Block.String(), Gen: 1, Meta: string(body), MetaVersionID: vid,
-		Published: true, UpdatedAt: p.now().UnixMilli()}
+		Published: true, UpdatedAt: p.now().UnixMilli(), Arrived: p.now().UnixMilli()}
 	reject := func(reason string) (records.Block, error) {
 		b.State, b.Reason = records.BlockRejected, reason
 		log.ErrorContext(ctx, "block rejected: it will not be compacted", "key", k.Object(blockkey.MetaFile), "reason", reason)
@@ -332,9 +332,8 @@ func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKe
 	dec := p.Config.Policy.Plan(g, candidates(blocks), now)
 	if len(dec.Sources) == 0 {
 		log.InfoContext(ctx, "nothing to plan", "why", dec.Wait, "blocks", len(blocks))
-		if strings.HasPrefix(dec.Wait, "range not covered") {
-			closeAt := p.Config.Policy.End(g) + p.Config.Policy.CloseDelay.Milliseconds()
-			return false, p.Store.PutAgenda(ctx, records.AgendaRange, timeMs(closeAt), tenant, g.String())
+		if dec.ClosesAt > 0 {
+			return false, p.Store.PutAgenda(ctx, records.AgendaRange, timeMs(dec.ClosesAt), tenant, g.String())
 		}
 		return false, nil
 	}
@@ -427,7 +426,7 @@ func candidates(blocks []records.Block) []planning.Candidate {
 			Plannable: b.State == records.BlockLive && b.Published && b.ClaimedBy == "" && !b.NoCompact,
 			Busy: b.State == records.BlockClaimed || b.State == records.BlockPending ||
 				(b.State == records.BlockLive && !b.Published),
-			Series: b.Series, IndexBytes: b.IndexBytes,
+			Series: b.Series, IndexBytes: b.IndexBytes, Arrived: b.Arrived,
 		})
 	}
 	return out

@@ -94,9 +94,15 @@ func TestConvergence(t *testing.T) {
 	if err := w.CheckQuiescent(ctx, tenants...); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range w.Env.Counter.Snapshot() {
+	// Request economy: the pipeline's own requests over every uploaded
+	// block's whole life (upload → 12h → 24h → deleted).
+	total := 0
+	for _, c := range w.Requests.Snapshot() {
+		total += c.N
+		t.Logf("requests: %-36s %5d  (%.1f per uploaded block)", c.Operation, c.N, float64(c.N)/float64(len(ups)))
 		if strings.HasPrefix(c.Operation, "S3 List") {
-			t.Logf("request economy: %s × %d (orphan sweeps only)", c.Operation, c.N)
+			t.Errorf("the hot path listed the bucket: %s × %d", c.Operation, c.N)
 		}
 	}
+	t.Logf("requests: %d in all for %d uploaded blocks: %.1f per block", total, len(ups), float64(total)/float64(len(ups)))
 }

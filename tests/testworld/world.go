@@ -23,6 +23,7 @@ import (
 
 	"github.com/sluice-dev/sluice/localstack/envtest"
 	"github.com/sluice-dev/sluice/localstack/localrun"
+	"github.com/sluice-dev/sluice/shared/awsenv"
 	"github.com/sluice-dev/sluice/shared/blockgen"
 	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/config"
@@ -37,6 +38,8 @@ type World struct {
 	Pipeline *localrun.Pipeline
 	Config   config.Config
 	Store    *records.Store
+	// Requests counts the pipeline's own AWS requests (not the test's).
+	Requests *awsenv.RequestCounter
 	// Uploaded lists every block directory uploaded, per tenant: the
 	// inputs that I1 compares the live outputs with.
 	Uploaded map[string][]string
@@ -78,12 +81,17 @@ func New(t testing.TB, o Options) *World {
 			o.Configure(c)
 		}
 	}
-	p, err := localrun.New(env.Clients, env.Deployment, po)
+	requests := awsenv.NewRequestCounter()
+	clients, err := awsenv.Load(context.Background(), awsenv.Options{Endpoint: envtest.Endpoint(), Counter: requests})
+	if err != nil {
+		t.Fatalf("testworld: %v", err)
+	}
+	p, err := localrun.New(clients, env.Deployment, po)
 	if err != nil {
 		t.Fatalf("testworld: %v", err)
 	}
 	return &World{T: t, Env: env, Pipeline: p, Config: p.Deps.Config, Store: p.Deps.Store,
-		Uploaded: map[string][]string{}, scratch: t.TempDir()}
+		Requests: requests, Uploaded: map[string][]string{}, scratch: t.TempDir()}
 }
 
 // Generate writes synthetic blocks for a tenant into the world's scratch
