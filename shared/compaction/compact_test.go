@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -14,8 +15,12 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
+	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
+	"github.com/prometheus/prometheus/tsdb/chunks"
 	"github.com/prometheus/prometheus/tsdb/index"
 
 	"github.com/sluice-dev/sluice/shared/blockgen"
@@ -613,3 +618,83 @@ func flip(path string, frac float64) error {
 	b[int(float64(len(b))*frac)] ^= 0xff
 	return os.WriteFile(path, b, 0o644)
 }
+
+func TestStableHashCompatible(t *testing.T) {
+	// The fast filter hashes symbol bytes itself; it must agree with
+	// labels.StableHash, including label sets over StableHash's 1 KiB fast path.
+	w := newWorld(t)
+	long := strings.Repeat("x", 700)
+	var series []labels.Labels
+	for i := 0; i < 300; i++ {
+		kv := []string{"__name__", fmt.Sprintf("m%d", i%7), "job", fmt.Sprintf("j%d", i)}
+		if i%3 == 0 {
+			kv = append(kv, "big", long+fmt.Sprint(i), "bigger", long)
+		}
+		series = append(series, labels.FromStrings(kv...))
+	}
+	dir := writeSeries(t, w.base, series)
+	b, err := tsdb.OpenBlock(nil, dir, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ir, _ := b.Index()
+	defer ir.Close()
+	lr, err := newLabelReader(b, ir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lr.Close()
+	if _, ok := lr.(*fastLabels); !ok {
+		t.Fatal("expected the fast reader for a v2 index")
+	}
+	for _, n := range []uint64{2, 4, 8, 64} {
+		got := 0
+		for part := uint64(0); part < n; part++ {
+			kept, err := lr.filter(context.Background(), tsdb.AllSortedPostings(context.Background(), ir), part, n, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var bld labels.ScratchBuilder
+			for _, ref := range kept {
+				if err := ir.Series(ref, &bld, nil); err != nil {
+					t.Fatal(err)
+				}
+				if h := labels.StableHash(bld.Labels()); h%n != part {
+					t.Fatalf("series %s kept in %d/%d, StableHash says %d", bld.Labels(), part, n, h%n)
+				}
+			}
+			got += len(kept)
+		}
+		if got != len(series) {
+			t.Fatalf("N=%d: %d series kept over all partitions, want %d", n, got, len(series))
+		}
+	}
+}
+
+// writeSeries writes a one-sample-per-series block of the given series.
+func writeSeries(t *testing.T, base string, series []labels.Labels) string {
+	t.Helper()
+	var list []storage.Series
+	for _, l := range series {
+		list = append(list, storage.NewListSeries(l, []chunks.Sample{sample{t: 1000, f: 1}}))
+	}
+	dir, err := tsdb.CreateBlock(list, base, 0, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+type sample struct {
+	t int64
+	f float64
+}
+
+func (s sample) T() int64                      { return s.t }
+func (s sample) ST() int64                     { return 0 }
+func (s sample) F() float64                    { return s.f }
+func (s sample) H() *histogram.Histogram       { return nil }
+func (s sample) FH() *histogram.FloatHistogram { return nil }
+func (s sample) Copy() chunks.Sample           { return s }
+func (s sample) Type() chunkenc.ValueType      { return chunkenc.ValFloat }

@@ -7,9 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
-	"strings"
 
-	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
@@ -94,19 +92,25 @@ func (p PartitionPopulator) PopulateBlock(ctx context.Context, metrics *tsdb.Com
 		}
 		closers = append(closers, tombsr)
 
+		lr, err := newLabelReader(b, indexr)
+		if err != nil {
+			return fmt.Errorf("source block %s: %w", id, err)
+		}
+		closers = append(closers, lr)
 		postings := postingsFunc(ctx, indexr)
 		if n > 1 || !p.KeepAllSymbols {
 			var collect map[string]struct{}
 			if !p.KeepAllSymbols {
 				collect = symSet
 			}
-			postings, err = filterPartition(ctx, indexr, postings, uint64(p.Partition), uint64(n), collect)
+			kept, err := lr.filter(ctx, postings, uint64(p.Partition), uint64(n), collect)
 			if err != nil {
 				return fmt.Errorf("source block %s: %w", id, err)
 			}
+			postings = index.NewListPostings(kept)
 		}
 		// Blocks are half-open [min, max): exclude samples at meta.MaxTime.
-		sets = append(sets, tsdb.NewBlockChunkSeriesSet(id, indexr, chunkr, tombsr, postings, meta.MinTime, meta.MaxTime-1, false))
+		sets = append(sets, tsdb.NewBlockChunkSeriesSet(id, lr.IndexReader(), chunkr, tombsr, postings, meta.MinTime, meta.MaxTime-1, false))
 		if p.KeepAllSymbols {
 			if i == 0 {
 				allSyms = indexr.Symbols()
@@ -194,48 +198,4 @@ func (p PartitionPopulator) PopulateBlock(ctx context.Context, metrics *tsdb.Com
 		logger.Debug("populated partition", "partition", p.Partition, "partitions", n, "series", meta.Stats.NumSeries)
 	}
 	return nil
-}
-
-// filterPartition returns the postings of p whose series hash into
-// partition part of n, reading only labels (no chunk metadata). When
-// symbols is non-nil it adds the names and values of the kept series.
-func filterPartition(ctx context.Context, ir tsdb.IndexReader, p index.Postings, part, n uint64, symbols map[string]struct{}) (index.Postings, error) {
-	var (
-		kept    []storage.SeriesRef
-		builder labels.ScratchBuilder
-		lset    labels.Labels
-		count   int
-	)
-	for p.Next() {
-		if count++; count%4096 == 0 {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-		}
-		ref := p.At()
-		if err := ir.Series(ref, &builder, nil); err != nil {
-			return nil, fmt.Errorf("read series %d: %w", ref, err)
-		}
-		builder.Overwrite(&lset)
-		if n > 1 && labels.StableHash(lset)%n != part {
-			continue
-		}
-		kept = append(kept, ref)
-		if symbols != nil {
-			// lset aliases builder memory that the next series overwrites:
-			// clone what goes into the map.
-			lset.Range(func(l labels.Label) {
-				if _, ok := symbols[l.Name]; !ok {
-					symbols[strings.Clone(l.Name)] = struct{}{}
-				}
-				if _, ok := symbols[l.Value]; !ok {
-					symbols[strings.Clone(l.Value)] = struct{}{}
-				}
-			})
-		}
-	}
-	if err := p.Err(); err != nil {
-		return nil, fmt.Errorf("iterate postings: %w", err)
-	}
-	return index.NewListPostings(kept), nil
 }

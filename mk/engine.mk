@@ -1,0 +1,18 @@
+# Block engine (shared/blockmeta, compaction, blockgen, equiv, blockstore):
+# benchmarks and the promtool readability check. Included by the Makefile.
+
+.PHONY: bench promtool-check test-engine
+
+ENGINE_PKGS := ./shared/blockmeta/... ./shared/compaction/... ./shared/blockgen/... ./shared/equiv/... ./shared/blockstore/...
+
+## bench: plain Prometheus compaction vs partitioned compaction (N=1,4,8) on one shared input; prints a table
+bench:
+	$(GO) test ./tests/bench/ -run '^$$' -bench . -benchtime 1x -count 1 -timeout 60m
+
+## promtool-check: promtool tsdb analyze on every block the engine writes
+promtool-check:
+	bash scripts/promtool-check.sh
+
+## test-engine: unit tests of the block engine packages only
+test-engine:
+	$(GO) test -short $(ENGINE_PKGS) ./tests/bench/...
