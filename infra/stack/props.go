@@ -204,13 +204,20 @@ func PropsFromContext(get func(key string) string) (Props, error) {
 		}
 	}
 	if v := get(CtxEnv); v != "" {
+		// NAME=value pairs separated by commas; a part without "=" continues
+		// the previous value ("SLUICE_RANGES=12h,24h").
 		p.Env = map[string]string{}
+		last := ""
 		for _, kv := range strings.Split(v, ",") {
 			k, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
-			if !ok || k == "" {
+			switch {
+			case ok && k != "":
+				p.Env[k], last = val, k
+			case !ok && last != "":
+				p.Env[last] += "," + k
+			default:
 				return Props{}, fmt.Errorf("context %s=%q: want NAME=value,NAME=value", CtxEnv, v)
 			}
-			p.Env[k] = val
 		}
 	}
 	if v := get(CtxSweepMinutes); v != "" {

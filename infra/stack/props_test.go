@@ -31,8 +31,9 @@ func TestPropsFromContext(t *testing.T) {
 			return p.Resources.Prefix == "s2" && p.NoncurrentVersionDays == 90 && p.AbortMultipartDays == 2 &&
 				p.SweepInterval == 10*time.Minute && p.LogRetentionDays == 14
 		}},
-		{name: "extra settings", ctx: map[string]string{"env": "SLUICE_DELETION_DELAY=24h, SLUICE_RANGES=12h,SLUICE_CLOSE_DELAY=2h"}, want: func(p Props) bool {
-			return p.Env["SLUICE_DELETION_DELAY"] == "24h" && p.Env["SLUICE_CLOSE_DELAY"] == "2h" && len(p.Env) == 3
+		{name: "extra settings", ctx: map[string]string{"env": "SLUICE_DELETION_DELAY=24h, SLUICE_RANGES=12h,24h,SLUICE_CLOSE_DELAY=2h"}, want: func(p Props) bool {
+			return p.Env["SLUICE_DELETION_DELAY"] == "24h" && p.Env["SLUICE_RANGES"] == "12h,24h" &&
+				p.Env["SLUICE_CLOSE_DELAY"] == "2h" && len(p.Env) == 3
 		}},
 		{name: "single tenant needs a tenant", ctx: map[string]string{"layout": "single-tenant"}, wantErr: "needs a tenant"},
 		{name: "unknown layout", ctx: map[string]string{"layout": "flat"}, wantErr: "layout"},
