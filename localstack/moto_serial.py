@@ -45,7 +45,7 @@ import sys
 import threading
 import time
 
-from werkzeug.serving import run_simple
+from werkzeug.serving import WSGIRequestHandler, run_simple
 
 from moto.moto_server.werkzeug_app import (
     DomainDispatcherApplication,
@@ -55,7 +55,7 @@ from moto.moto_server.werkzeug_app import (
 log = logging.getLogger("moto_serial")
 
 # How often an emulated long poll looks for messages again.
-LONG_POLL_INTERVAL_S = 0.05
+LONG_POLL_INTERVAL_S = 0.1
 
 
 def read_body(environ):
@@ -186,6 +186,45 @@ class SerialisingApp:
         return captured.replay(start_response)
 
 
+class KeepAliveHandler(WSGIRequestHandler):
+    """HTTP/1.1, so SDK clients reuse connections. moto_server answers
+    HTTP/1.0 and closes every connection, which costs a TCP handshake per
+    request and floods the host with TIME_WAIT sockets under load."""
+
+    protocol_version = "HTTP/1.1"
+
+
+def patch_fifo_redelivery_order():
+    """Keeps a FIFO group in order when its messages come back together.
+
+    moto's receive_message drops an expired message from the pending set only
+    when its loop reaches it, and recomputes the pending groups each time: of
+    a group's messages g2, g3, g4 that all failed and expired together, g2
+    and g3 are skipped (g4 still looks pending) and g4 is delivered first.
+    Expiring every visible pending message of the queue before moto's loop
+    runs restores SQS's order. Receives run under the lock, so the two steps
+    are atomic. Returns False if moto's internals are not as expected.
+    """
+    try:
+        from moto.sqs.models import SQSBackend
+    except ImportError:
+        return False
+    original = getattr(SQSBackend, "receive_message", None)
+    if original is None:
+        return False
+
+    def receive_message(self, queue_name, *args, **kwargs):
+        queue = self.get_queue(queue_name)
+        pending = getattr(queue, "pending_messages", None)
+        if getattr(queue, "fifo_queue", False) and pending is not None:
+            for message in [m for m in pending if m.visible]:
+                pending.discard(message)
+        return original(self, queue_name, *args, **kwargs)
+
+    SQSBackend.receive_message = receive_message
+    return True
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-H", "--host", default="127.0.0.1")
@@ -228,13 +267,18 @@ def main(argv=None):
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
 
+    if not patch_fifo_redelivery_order():
+        log.warning("could not patch moto's SQS receive: FIFO redeliveries may come out of order")
     dispatcher = DomainDispatcherApplication(create_backend_app)
     app = SerialisingApp(dispatcher, serialise=serialise)
     log.info(
         "moto_serial listening on http://%s:%d (serialised=%s)",
         args.host, args.port, serialise,
     )
-    run_simple(args.host, args.port, app, threaded=True, use_reloader=False)
+    run_simple(
+        args.host, args.port, app, threaded=True, use_reloader=False,
+        request_handler=KeepAliveHandler,
+    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,405 @@
+package runner_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/sluice-dev/sluice/localstack/envtest"
+	"github.com/sluice-dev/sluice/localstack/runner"
+	"github.com/sluice-dev/sluice/shared/spec"
+)
+
+// quiet is how long the pipeline must be still before RunUntilIdle returns.
+const quiet = 300 * time.Millisecond
+
+// send puts bodies on a queue, in order; for a FIFO queue all in group,
+// each with an explicit deduplication id.
+func send(t *testing.T, c *sqs.Client, url, group string, bodies ...string) {
+	t.Helper()
+	for len(bodies) > 0 {
+		n := min(len(bodies), 10)
+		var entries []sqstypes.SendMessageBatchRequestEntry
+		for i, b := range bodies[:n] {
+			e := sqstypes.SendMessageBatchRequestEntry{
+				Id:          aws.String(strconv.Itoa(i)),
+				MessageBody: aws.String(b),
+				MessageAttributes: map[string]sqstypes.MessageAttributeValue{
+					"kind": {DataType: aws.String("String"), StringValue: aws.String("test")},
+				},
+			}
+			if group != "" {
+				e.MessageGroupId = aws.String(group)
+				e.MessageDeduplicationId = aws.String(group + "/" + b)
+			}
+			entries = append(entries, e)
+		}
+		out, err := c.SendMessageBatch(t.Context(), &sqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: entries})
+		if err != nil {
+			t.Fatalf("send to %s: %v", url, err)
+		}
+		if len(out.Failed) > 0 {
+			t.Fatalf("send to %s: %d failed: %s", url, len(out.Failed), aws.ToString(out.Failed[0].Message))
+		}
+		bodies = bodies[n:]
+	}
+}
+
+func runUntilIdle(t *testing.T, r *runner.Runner, limit time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), limit)
+	defer cancel()
+	if err := r.RunUntilIdle(ctx, quiet); err != nil {
+		t.Fatalf("RunUntilIdle: %v", err)
+	}
+}
+
+func group(m events.SQSMessage) string { return m.Attributes["MessageGroupId"] }
+
+// TestFIFOOneBatchPerGroupInOrder: with several groups and concurrent
+// batches, no group ever has two batches in flight, and each group is
+// handled in send order. It also checks the event's shape.
+func TestFIFOOneBatchPerGroupInOrder(t *testing.T) {
+	t.Parallel()
+	env := envtest.New(t)
+	url := env.Deployment.QueueURLs[spec.BlockOps]
+	groups := []string{"t1/A", "t1/B", "t2/C", "t2/D"}
+	const perGroup = 12
+	for _, g := range groups {
+		var bodies []string
+		for i := range perGroup {
+			bodies = append(bodies, fmt.Sprintf("%s#%02d", g, i))
+		}
+		send(t, env.Clients.SQS, url, g, bodies...)
+	}
+
+	var mu sync.Mutex
+	inFlight := map[string]bool{}
+	seen := map[string][]string{}
+	concurrent, maxConcurrent := 0, 0
+	h := func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+		mine := map[string]bool{}
+		mu.Lock()
+		for _, m := range ev.Records {
+			g := group(m)
+			if inFlight[g] && !mine[g] {
+				t.Errorf("group %s: a second batch in flight", g)
+			}
+			inFlight[g], mine[g] = true, true
+			seen[g] = append(seen[g], m.Body)
+			if m.EventSource != "aws:sqs" || m.EventSourceARN == "" || m.AWSRegion == "" ||
+				m.Attributes["ApproximateReceiveCount"] == "" || m.Attributes["MessageDeduplicationId"] == "" ||
+				m.Attributes["SentTimestamp"] == "" || aws.ToString(m.MessageAttributes["kind"].StringValue) != "test" {
+				t.Errorf("record lacks Lambda's fields: %+v", m)
+			}
+		}
+		concurrent++
+		maxConcurrent = max(maxConcurrent, concurrent)
+		mu.Unlock()
+		// Longer than a receive takes, so that batches overlap.
+		time.Sleep(200 * time.Millisecond)
+		mu.Lock()
+		concurrent--
+		for g := range mine {
+			inFlight[g] = false
+		}
+		mu.Unlock()
+		return events.SQSEventResponse{}, nil
+	}
+	r := runner.New(env.Clients.SQS, env.Logger, runner.Source{
+		Name: "ops", QueueURL: url, FIFO: true, BatchSize: 3, MaxConcurrency: 4, Handler: h,
+	})
+	runUntilIdle(t, r, 30*time.Second)
+
+	for _, g := range groups {
+		if len(seen[g]) != perGroup || !slices.IsSorted(seen[g]) {
+			t.Errorf("group %s handled as %v, want its %d messages in order, once each", g, seen[g], perGroup)
+		}
+	}
+	if maxConcurrent < 2 {
+		t.Errorf("at most %d batch in flight: the test did not exercise concurrency", maxConcurrent)
+	}
+	st := r.Stats()["ops"]
+	if st.Messages != int64(len(groups)*perGroup) || st.Failures != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestPartialFailure: reported failures, and only they (plus, for FIFO,
+// the rest of their group), come back.
+func TestPartialFailure(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		queue spec.QueueID
+		fifo  bool
+		// sent per group ("" for a standard queue)
+		sent map[string][]string
+		fail string // failed on its first delivery
+		// twice is what must be delivered exactly twice; all else once.
+		twice []string
+	}{
+		{
+			name: "standard", queue: spec.BlockEvents,
+			sent:  map[string][]string{"": {"m0", "m1", "m2", "m3", "m4"}},
+			fail:  "m2",
+			twice: []string{"m2"},
+		},
+		{
+			name: "fifo", queue: spec.CleanerEvents, fifo: true,
+			sent:  map[string][]string{"g": {"g0", "g1", "g2", "g3", "g4"}, "h": {"h0", "h1", "h2"}},
+			fail:  "g2",
+			twice: []string{"g2", "g3", "g4"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			env := envtest.New(t, envtest.WithVisibilityTimeout(time.Second))
+			url := env.Deployment.QueueURLs[tc.queue]
+			for _, g := range []string{"", "g", "h"} {
+				if bodies, ok := tc.sent[g]; ok {
+					send(t, env.Clients.SQS, url, g, bodies...)
+				}
+			}
+			var mu sync.Mutex
+			deliveries := map[string]int{}
+			var order []string
+			h := func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				var resp events.SQSEventResponse
+				for _, m := range ev.Records {
+					deliveries[m.Body]++
+					order = append(order, m.Body)
+					if m.Body == tc.fail && deliveries[m.Body] == 1 {
+						resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: m.MessageId})
+					}
+				}
+				return resp, nil
+			}
+			r := runner.New(env.Clients.SQS, env.Logger, runner.Source{
+				Name: "src", QueueURL: url, FIFO: tc.fifo, BatchSize: 10, MaxConcurrency: 2, Handler: h,
+			})
+			runUntilIdle(t, r, 30*time.Second)
+
+			for _, bodies := range tc.sent {
+				for _, b := range bodies {
+					want := 1
+					if slices.Contains(tc.twice, b) {
+						want = 2
+					}
+					if deliveries[b] != want {
+						t.Errorf("%s delivered %d times, want %d (order %v)", b, deliveries[b], want, order)
+					}
+				}
+			}
+			if tc.fifo {
+				// The redelivery keeps the group's order.
+				var g []string
+				for _, b := range order {
+					if b[0] == 'g' {
+						g = append(g, b)
+					}
+				}
+				want := []string{"g0", "g1", "g2", "g3", "g4", "g2", "g3", "g4"}
+				if !slices.Equal(g, want) {
+					t.Errorf("group g handled as %v, want %v", g, want)
+				}
+			}
+		})
+	}
+}
+
+// TestHandlerErrorAndPanicFailTheBatch: both leave every message of the
+// batch for redelivery, and a panic does not stop the runner.
+func TestHandlerErrorAndPanicFailTheBatch(t *testing.T) {
+	t.Parallel()
+	env := envtest.New(t, envtest.WithVisibilityTimeout(time.Second))
+	url := env.Deployment.QueueURLs[spec.BlockEvents]
+	send(t, env.Clients.SQS, url, "", "a", "b", "c")
+	var mu sync.Mutex
+	calls := 0
+	deliveries := map[string]int{}
+	h := func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+		mu.Lock()
+		calls++
+		n := calls
+		for _, m := range ev.Records {
+			deliveries[m.Body]++
+		}
+		mu.Unlock()
+		switch n {
+		case 1:
+			panic("handler crashed")
+		case 2:
+			return events.SQSEventResponse{}, fmt.Errorf("handler failed")
+		}
+		return events.SQSEventResponse{}, nil
+	}
+	r := runner.New(env.Clients.SQS, env.Logger, runner.Source{Name: "src", QueueURL: url, BatchSize: 10, MaxConcurrency: 1, Handler: h})
+	runUntilIdle(t, r, 30*time.Second)
+	for _, b := range []string{"a", "b", "c"} {
+		if deliveries[b] < 2 {
+			t.Errorf("%s delivered %d times: a failed batch was deleted", b, deliveries[b])
+		}
+	}
+	if st := r.Stats()["src"]; st.Errors != 2 {
+		t.Errorf("stats %+v, want 2 errors", st)
+	}
+}
+
+// TestPoisonMessageGoesToDLQ: a message that always fails is received
+// maxReceiveCount times, then lands in the DLQ with its body and
+// attributes intact; the others are unaffected.
+func TestPoisonMessageGoesToDLQ(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		queue spec.QueueID
+		group string
+	}{{spec.BlockEvents, ""}, {spec.CompactionJobs, "t1/out"}} {
+		t.Run(string(tc.queue), func(t *testing.T) {
+			t.Parallel()
+			const maxReceive = 2
+			env := envtest.New(t, envtest.WithVisibilityTimeout(time.Second), envtest.WithMaxReceiveCount(maxReceive))
+			d := env.Deployment
+			poison := `{"poison":"body with \"quotes\" and ünïcode"}`
+			send(t, env.Clients.SQS, d.QueueURLs[tc.queue], tc.group, poison)
+			var mu sync.Mutex
+			receives := 0
+			h := func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+				var resp events.SQSEventResponse
+				for _, m := range ev.Records {
+					if m.Body == poison {
+						mu.Lock()
+						receives++
+						mu.Unlock()
+						resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: m.MessageId})
+					}
+				}
+				return resp, nil
+			}
+			r := runner.New(env.Clients.SQS, env.Logger, runner.Source{
+				Name: "src", QueueURL: d.QueueURLs[tc.queue], FIFO: tc.group != "", BatchSize: 1, MaxConcurrency: 2, Handler: h,
+			})
+			runUntilIdle(t, r, 30*time.Second)
+			if receives != maxReceive {
+				t.Errorf("poison handled %d times, want maxReceiveCount = %d", receives, maxReceive)
+			}
+			out, err := env.Clients.SQS.ReceiveMessage(t.Context(), &sqs.ReceiveMessageInput{
+				QueueUrl: aws.String(d.DLQURLs[tc.queue]), MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
+				MessageAttributeNames:       []string{"All"},
+				MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(out.Messages) != 1 {
+				t.Fatalf("DLQ holds %d messages, want the poison one", len(out.Messages))
+			}
+			m := out.Messages[0]
+			if aws.ToString(m.Body) != poison {
+				t.Errorf("DLQ body %q, want %q", aws.ToString(m.Body), poison)
+			}
+			if aws.ToString(m.MessageAttributes["kind"].StringValue) != "test" {
+				t.Errorf("DLQ message lost its attributes: %+v", m.MessageAttributes)
+			}
+			if tc.group != "" && m.Attributes["MessageGroupId"] != tc.group {
+				t.Errorf("DLQ message group %q, want %q", m.Attributes["MessageGroupId"], tc.group)
+			}
+		})
+	}
+}
+
+// TestStandardQueueSpreadsBatches: a standard queue's batches run
+// concurrently, up to MaxConcurrency and never more.
+func TestStandardQueueSpreadsBatches(t *testing.T) {
+	t.Parallel()
+	env := envtest.New(t)
+	url := env.Deployment.QueueURLs[spec.BlockEvents]
+	var bodies []string
+	for i := range 30 {
+		bodies = append(bodies, strconv.Itoa(i))
+	}
+	send(t, env.Clients.SQS, url, "", bodies...)
+	const limit = 4
+	var mu sync.Mutex
+	concurrent, maxConcurrent, handled := 0, 0, 0
+	seen := map[string][]string{}
+	h := func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+		mu.Lock()
+		concurrent++
+		maxConcurrent = max(maxConcurrent, concurrent)
+		handled += len(ev.Records)
+		for _, m := range ev.Records {
+			seen[m.Body] = append(seen[m.Body], fmt.Sprintf("%s receive %s", time.Now().Format("15:04:05.000"), m.Attributes["ApproximateReceiveCount"]))
+		}
+		mu.Unlock()
+		time.Sleep(150 * time.Millisecond)
+		mu.Lock()
+		concurrent--
+		mu.Unlock()
+		return events.SQSEventResponse{}, nil
+	}
+	r := runner.New(env.Clients.SQS, env.Logger, runner.Source{Name: "events", QueueURL: url, BatchSize: 2, MaxConcurrency: limit, Handler: h})
+	runUntilIdle(t, r, 30*time.Second)
+	if handled != len(bodies) {
+		t.Errorf("handled %d messages, want %d", handled, len(bodies))
+		for b, s := range seen {
+			if len(s) > 1 {
+				t.Errorf("%s handled %d times: %v", b, len(s), s)
+			}
+		}
+	}
+	if maxConcurrent < 2 || maxConcurrent > limit {
+		t.Errorf("at most %d batches in flight, want 2..%d", maxConcurrent, limit)
+	}
+	t.Logf("max batches in flight: %d of %d", maxConcurrent, limit)
+}
+
+// TestTimerFeedsTheQueue: timers fire during RunUntilIdle, and the work a
+// timer sends is handled before the runner is idle.
+func TestTimerFeedsTheQueue(t *testing.T) {
+	t.Parallel()
+	env := envtest.New(t)
+	url := env.Deployment.QueueURLs[spec.CleanerEvents]
+	var mu sync.Mutex
+	ticks, handled := 0, 0
+	r := runner.New(env.Clients.SQS, env.Logger, runner.Source{
+		Name: "cleaner", QueueURL: url, FIFO: true, Handler: func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+			mu.Lock()
+			handled += len(ev.Records)
+			mu.Unlock()
+			return events.SQSEventResponse{}, nil
+		},
+	})
+	r.Every("sweep", 50*time.Millisecond, func(ctx context.Context) error {
+		mu.Lock()
+		ticks++
+		first := ticks == 1
+		mu.Unlock()
+		if first {
+			_, err := env.Clients.SQS.SendMessage(ctx, &sqs.SendMessageInput{
+				QueueUrl: aws.String(url), MessageBody: aws.String(spec.SweepEvent),
+				MessageGroupId: aws.String("sweep"), MessageDeduplicationId: aws.String("sweep-1"),
+			})
+			return err
+		}
+		return nil
+	})
+	runUntilIdle(t, r, 30*time.Second)
+	if handled != 1 || ticks < 2 {
+		t.Errorf("handled %d, ticks %d; want the timer's message handled and the timer still firing", handled, ticks)
+	}
+	if st := r.Stats()["sweep"]; st.Invocations < 2 || st.Errors != 0 {
+		t.Errorf("timer stats %+v", st)
+	}
+}
