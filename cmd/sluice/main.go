@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/sluice-dev/sluice/shared/cli"
+	_ "github.com/sluice-dev/sluice/shared/cli/demo" // sluice demo
 )
 
 func main() {

@@ -70,3 +70,15 @@ func msTime(ms int64) string {
 }
 
 func parseULID(s string) (ulid.ULID, error) { return ulid.ParseStrict(s) }
+
+// HumanBytes renders a byte count in IEC units (12.3 MiB).
+func HumanBytes(n int64) string { return humanBytes(n) }
+
+// HumanCount renders a count briefly (1.2M).
+func HumanCount(n uint64) string { return humanCount(n) }
+
+// HumanDuration renders a duration briefly (4m10s).
+func HumanDuration(d time.Duration) string { return humanDuration(d) }
+
+// MsTime renders a Unix-millisecond time in UTC (2006-01-02 15:04).
+func MsTime(ms int64) string { return msTime(ms) }

@@ -1,0 +1,175 @@
+package demo
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sluice-dev/sluice/shared/awsenv"
+	"github.com/sluice-dev/sluice/shared/cli"
+	"github.com/sluice-dev/sluice/shared/records"
+)
+
+// requests turns the counter's snapshots (before upload, after upload,
+// after the pipeline, after the checks) into per-phase counts.
+func (r *run) requests() {
+	if len(r.snaps) < 4 {
+		return
+	}
+	at := func(i int) map[string]int {
+		m := map[string]int{}
+		for _, c := range r.snaps[i] {
+			m[c.Operation] = c.N
+		}
+		return m
+	}
+	s0, s1, s2, s3 := at(0), at(1), at(2), at(3)
+	for _, op := range sortedOps(r.snaps[3]) {
+		r.sum.Requests = append(r.sum.Requests, Request{Operation: op,
+			Upload: s1[op] - s0[op], Pipeline: s2[op] - s1[op], Checks: s3[op] - s2[op]})
+	}
+}
+
+func sortedOps(cs []awsenv.Count) []string {
+	out := make([]string, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, c.Operation)
+	}
+	sort.Strings(out)
+	return out
+}
+
+var afterStates = []records.BlockState{records.BlockLive, records.BlockDeleted, records.BlockDiscarded,
+	records.BlockRetiring, records.BlockClaimed, records.BlockPending, records.BlockRejected}
+
+func (r *run) report() {
+	w := r.out
+	for _, ts := range r.sum.Tenants {
+		fmt.Fprintf(w, "\nTENANT %s (replication factor %d)\n", ts.Tenant, ts.ReplicationFactor)
+		fmt.Fprintf(w, "  blocks before  %d × 2h (level 0)\n", ts.Uploaded)
+		var levels []int
+		for l := range ts.After {
+			levels = append(levels, l)
+		}
+		sort.Ints(levels)
+		first := true
+		for _, l := range levels {
+			var parts []string
+			for _, s := range afterStates {
+				if n := ts.After[l][s]; n > 0 {
+					parts = append(parts, fmt.Sprintf("%d %s", n, s))
+				}
+			}
+			label := "               "
+			if first {
+				label = "  blocks after "
+				first = false
+			}
+			fmt.Fprintf(w, "%s level %d%s: %s\n", label, l, levelRange(r, l), strings.Join(parts, ", "))
+		}
+		for _, lb := range ts.Live {
+			fmt.Fprintf(w, "                 live %s  L%d  %s → %s  %d series, %s samples\n", lb.ID, lb.Level,
+				cli.MsTime(lb.MinT), cli.MsTime(lb.MaxT), lb.Series, cli.HumanCount(lb.Samples))
+		}
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		for i, g := range ts.Groups {
+			label := ""
+			if i == 0 {
+				label = "groups run"
+			}
+			fmt.Fprintf(tw, "  %-13s\tL%d %s → %s\t%s\t%s\t%d sources\t%s\n", label, g.Level, cli.MsTime(g.RangeStart),
+				cli.MsTime(g.RangeEnd)[11:], versionsText(g), partitionsText(g.Partitions), g.Sources, g.State)
+		}
+		tw.Flush()
+		fmt.Fprintf(w, "                 %d group(s), %d version(s), %d partition job(s)\n", len(ts.Groups), ts.Versions, ts.Partitions)
+		verdict := "ok (I2 no double coverage, I3 no dangling files, I4 no orphans)"
+		if ts.Violations > 0 {
+			verdict = fmt.Sprintf("FAILED: %d violation(s)", ts.Violations)
+		}
+		fmt.Fprintf(w, "  sluice verify  %s\n", verdict)
+		e := ts.Equivalence
+		if e.OK() {
+			fmt.Fprintf(w, "  equivalence    ok: the live blocks hold exactly the %s distinct samples of %d series uploaded (%d missing, %d extra, %d duplicated)\n",
+				commas(e.InputSamples), e.InputSeries, e.Missing, e.Extra, e.DuplicatedInOutputs)
+		} else {
+			fmt.Fprintf(w, "  equivalence    FAILED: %s\n", strings.ReplaceAll(e.String(), "\n", "\n                 "))
+		}
+	}
+	if r.sum.Verify != nil && !r.sum.Verify.OK() {
+		fmt.Fprintln(w)
+		r.sum.Verify.Render(w)
+	}
+
+	fmt.Fprintf(w, "\nAWS REQUESTS (%d tenants together)\n", len(r.sum.Tenants))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "  operation\tupload\tpipeline\tchecks\ttotal\t")
+	var tot Request
+	for _, q := range r.sum.Requests {
+		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d\t\n", q.Operation, q.Upload, q.Pipeline, q.Checks, q.Total())
+		tot.Upload += q.Upload
+		tot.Pipeline += q.Pipeline
+		tot.Checks += q.Checks
+	}
+	fmt.Fprintf(tw, "  total\t%d\t%d\t%d\t%d\t\n", tot.Upload, tot.Pipeline, tot.Checks, tot.Total())
+	tw.Flush()
+	lists := 0
+	for _, q := range r.sum.Requests {
+		if strings.HasPrefix(q.Operation, "S3 List") {
+			lists += q.Pipeline
+		}
+	}
+	if r.sum.Uploaded > 0 {
+		fmt.Fprintf(w, "  the pipeline made %.1f requests per uploaded block; %d S3 LIST call(s) (Sluice never lists a tenant or the bucket)\n",
+			float64(tot.Pipeline)/float64(r.sum.Uploaded), lists)
+	}
+
+	fmt.Fprintln(w)
+	if r.sum.OK() {
+		r.stepf("result", "ALL CHECKS PASSED in %s", r.sum.Elapsed.Round(100*time.Millisecond))
+	} else {
+		r.stepf("result", "FAILED after %s:", r.sum.Elapsed.Round(100*time.Millisecond))
+		for _, f := range r.sum.Failures {
+			r.detailf("- %s", f)
+		}
+	}
+}
+
+func levelRange(r *run, l int) string {
+	if l == 0 {
+		return " (2h uploads)"
+	}
+	if l <= r.cfg.Policy.TopLevel() {
+		return fmt.Sprintf(" (%s)", strings.TrimSuffix(strings.TrimSuffix(r.cfg.Policy.Range(l).String(), "0s"), "0m"))
+	}
+	return ""
+}
+
+func versionsText(g GroupRun) string {
+	if g.Versions == 1 {
+		return "v1"
+	}
+	return fmt.Sprintf("v1..v%d", g.Versions)
+}
+
+func partitionsText(ps []int) string {
+	var parts []string
+	for _, p := range ps {
+		parts = append(parts, fmt.Sprint(p))
+	}
+	s := strings.Join(parts, "+")
+	if len(ps) == 1 && ps[0] == 1 {
+		return s + " partition"
+	}
+	return s + " partitions"
+}
+
+// commas renders 1234567 as 1,234,567.
+func commas(n uint64) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
