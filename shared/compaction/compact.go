@@ -289,9 +289,6 @@ func writeBlock(ctx context.Context, logger *slog.Logger, outDir string, m *bloc
 	if err := m.WriteDir(tmp); err != nil {
 		return "", fmt.Errorf("write meta.json: %w", err)
 	}
-	if err := syncDir(tmp); err != nil {
-		return "", err
-	}
 	if err := os.RemoveAll(final); err != nil {
 		return "", err
 	}
@@ -321,15 +318,6 @@ func verifyFiles(s source) error {
 		}
 	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
 }
 
 func cmpInt64(a, b int64) int {

@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"text/tabwriter"
 	"time"
@@ -53,6 +54,7 @@ var (
 
 type result struct {
 	wall       time.Duration
+	cpu        time.Duration // user+system CPU of the process
 	peakHeap   uint64 // of one job (max over partitions)
 	indexBytes int64  // summed over outputs
 	outSamples uint64
@@ -114,15 +116,27 @@ func record(name string, r result) {
 	}
 	// Keep the best run.
 	prev.wall = min(prev.wall, r.wall)
+	prev.cpu = min(prev.cpu, r.cpu)
 	prev.peakHeap = min(prev.peakHeap, r.peakHeap)
 }
 
-// timed runs fn with the default GC settings and returns its wall time.
-func timed(fn func() error) (time.Duration, error) {
+// timed runs fn with the default GC settings and returns its wall time
+// and the CPU time (user+system, all threads, GC included) the process
+// spent meanwhile. On a shared machine CPU time is the steadier measure.
+func timed(fn func() error) (wall, cpu time.Duration, err error) {
 	runtime.GC()
+	c0 := cpuTime()
 	start := time.Now()
-	err := fn()
-	return time.Since(start), err
+	err = fn()
+	return time.Since(start), cpuTime() - c0, err
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // peakHeap runs fn with GOGC=5, so that heap objects track live memory
@@ -199,13 +213,13 @@ func BenchmarkPlainLeveledCompactor(b *testing.B) {
 				return err
 			}
 			// Runs 0..repeats-1 are timed; the last one measures memory.
-			var wall time.Duration
+			var wall, cpu time.Duration
 			var peak uint64 = math.MaxUint64
 			var err error
 			if r < repeats() {
-				wall, err = timed(job)
+				wall, cpu, err = timed(job)
 			} else {
-				wall = math.MaxInt64
+				wall, cpu = math.MaxInt64, math.MaxInt64
 				_, peak, err = peakHeap(job)
 			}
 			if err != nil {
@@ -214,7 +228,7 @@ func BenchmarkPlainLeveledCompactor(b *testing.B) {
 			if m, err := blockmeta.ReadDir(out); err == nil {
 				outSamples = m.Stats.NumSamples
 			}
-			record("plain", result{wall: wall, peakHeap: peak, indexBytes: indexSize(out), outSamples: outSamples})
+			record("plain", result{wall: wall, cpu: cpu, peakHeap: peak, indexBytes: indexSize(out), outSamples: outSamples})
 		}
 	}
 }
@@ -227,6 +241,7 @@ func runPartitions(b *testing.B, name string, n int, keepAll bool) {
 			os.RemoveAll(dest)
 			var (
 				total   time.Duration
+				cpuSum  time.Duration
 				maxPeak uint64
 				idx     int64
 				samples uint64
@@ -245,11 +260,11 @@ func runPartitions(b *testing.B, name string, n int, keepAll bool) {
 					res, err = compaction.Compact(context.Background(), quiet, job)
 					return err
 				}
-				var wall time.Duration
+				var wall, cpu time.Duration
 				var peak uint64
 				var err error
 				if r < repeats() {
-					wall, err = timed(run)
+					wall, cpu, err = timed(run)
 				} else {
 					_, peak, err = peakHeap(run)
 				}
@@ -257,6 +272,7 @@ func runPartitions(b *testing.B, name string, n int, keepAll bool) {
 					b.Fatal(err)
 				}
 				total += wall
+				cpuSum += cpu
 				maxPeak = max(maxPeak, peak)
 				if !res.Empty {
 					idx += indexSize(res.Dir)
@@ -266,9 +282,9 @@ func runPartitions(b *testing.B, name string, n int, keepAll bool) {
 			if r < repeats() {
 				maxPeak = math.MaxUint64
 			} else {
-				total = math.MaxInt64
+				total, cpuSum = math.MaxInt64, math.MaxInt64
 			}
-			record(name, result{wall: total, peakHeap: maxPeak, indexBytes: idx, outSamples: samples})
+			record(name, result{wall: total, cpu: cpuSum, peakHeap: maxPeak, indexBytes: idx, outSamples: samples})
 		}
 	}
 }
@@ -300,15 +316,16 @@ func TestMain(m *testing.M) {
 
 func printTable(w io.Writer) {
 	plain := results["plain"]
-	fmt.Fprintf(w, "\nSluice block engine — input: %s\nGOMAXPROCS=%d; wall is the best of %d runs; partition rows run all N jobs one after another;\npeak heap is of one job (max over partitions), measured in a separate run with GOGC=5 so it tracks live memory.\n\n",
+	fmt.Fprintf(w, "\nSluice block engine — input: %s\nGOMAXPROCS=%d; wall and CPU are the best of %d runs; partition rows run all N jobs one after another;\nCPU is user+system time of the process (GC included); peak heap is of one job (max over partitions),\nmeasured in a separate run with GOGC=5 so it tracks live memory.\n\n",
 		shared.desc, runtime.GOMAXPROCS(0), repeats())
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "job\twall\tMsamples/s\tcost × plain\tpeak heap MiB\theap × plain\tindex bytes\tindex × plain\toutput samples\t")
+	fmt.Fprintln(tw, "job\twall\tMsamples/s\twall × plain\tCPU\tCPU × plain\tpeak heap MiB\theap × plain\tindex bytes\tindex × plain\toutput samples\t")
 	for _, name := range order {
 		r := results[name]
-		ratio, heap, idx := "-", "-", "-"
+		ratio, cpuRatio, heap, idx := "-", "-", "-", "-"
 		if plain != nil {
 			ratio = fmt.Sprintf("%.2f", r.wall.Seconds()/plain.wall.Seconds())
+			cpuRatio = fmt.Sprintf("%.2f", r.cpu.Seconds()/plain.cpu.Seconds())
 			heap = fmt.Sprintf("%.2f", float64(r.peakHeap)/float64(plain.peakHeap))
 			idx = fmt.Sprintf("%.3f", float64(r.indexBytes)/float64(plain.indexBytes))
 		}
@@ -316,8 +333,8 @@ func printTable(w io.Writer) {
 		if name == "plain" {
 			label = "plain LeveledCompactor.Compact"
 		}
-		fmt.Fprintf(tw, "%s\t%.2fs\t%.2f\t%s\t%.1f\t%s\t%d\t%s\t%d\t\n", label, r.wall.Seconds(),
-			float64(shared.samples)/r.wall.Seconds()/1e6, ratio, float64(r.peakHeap)/(1<<20), heap, r.indexBytes, idx, r.outSamples)
+		fmt.Fprintf(tw, "%s\t%.2fs\t%.2f\t%s\t%.2fs\t%s\t%.1f\t%s\t%d\t%s\t%d\t\n", label, r.wall.Seconds(),
+			float64(shared.samples)/r.wall.Seconds()/1e6, ratio, r.cpu.Seconds(), cpuRatio, float64(r.peakHeap)/(1<<20), heap, r.indexBytes, idx, r.outSamples)
 	}
 	tw.Flush()
 	if a, b := results["N=4"], results["N=4 keep-all-symbols"]; a != nil && b != nil {
