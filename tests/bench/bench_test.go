@@ -55,8 +55,8 @@ var (
 type result struct {
 	wall       time.Duration
 	cpu        time.Duration // user+system CPU of the process
-	peakHeap   uint64 // of one job (max over partitions)
-	indexBytes int64  // summed over outputs
+	peakHeap   uint64        // of one job (max over partitions)
+	indexBytes int64         // summed over outputs
 	outSamples uint64
 }
 
