@@ -61,7 +61,8 @@ type Options struct {
 	// Series per block; default 200. SamplesPerSeries; default 120.
 	Series, SamplesPerSeries int
 	// MaxSeriesPerPartition sets the policy's limit low enough that the
-	// 12h groups are split into partitions; default 400.
+	// 12h groups are split into partitions; default 600 (2 partitions for
+	// a 200-series tenant's 12h group, 4 with RF 2).
 	MaxSeriesPerPartition uint64
 	// DeletionDelay before retired sources are deleted; default 5s.
 	DeletionDelay time.Duration
@@ -109,7 +110,7 @@ func (o *Options) defaults() {
 		o.SamplesPerSeries = 120
 	}
 	if o.MaxSeriesPerPartition == 0 {
-		o.MaxSeriesPerPartition = 400
+		o.MaxSeriesPerPartition = 600
 	}
 	if o.DeletionDelay == 0 {
 		o.DeletionDelay = 5 * time.Second

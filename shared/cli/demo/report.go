@@ -48,7 +48,7 @@ func (r *run) report() {
 	w := r.out
 	for _, ts := range r.sum.Tenants {
 		fmt.Fprintf(w, "\nTENANT %s (replication factor %d)\n", ts.Tenant, ts.ReplicationFactor)
-		fmt.Fprintf(w, "  blocks before  %d × 2h (level 0)\n", ts.Uploaded)
+		fmt.Fprintf(w, "  %-13s  %d × 2h (level 0)\n", "blocks before", ts.Uploaded)
 		var levels []int
 		for l := range ts.After {
 			levels = append(levels, l)
@@ -62,39 +62,48 @@ func (r *run) report() {
 					parts = append(parts, fmt.Sprintf("%d %s", n, s))
 				}
 			}
-			label := "               "
+			label := ""
 			if first {
-				label = "  blocks after "
+				label = "blocks after"
 				first = false
 			}
-			fmt.Fprintf(w, "%s level %d%s: %s\n", label, l, levelRange(r, l), strings.Join(parts, ", "))
+			fmt.Fprintf(w, "  %-13s  level %d%s: %s\n", label, l, levelRange(r, l), strings.Join(parts, ", "))
 		}
 		for _, lb := range ts.Live {
-			fmt.Fprintf(w, "                 live %s  L%d  %s → %s  %d series, %s samples\n", lb.ID, lb.Level,
-				cli.MsTime(lb.MinT), cli.MsTime(lb.MaxT), lb.Series, cli.HumanCount(lb.Samples))
+			fmt.Fprintf(w, "  %-13s  live %s  L%d  %s  %d series, %s samples\n", "", lb.ID, lb.Level,
+				rangeText(lb.MinT, lb.MaxT), lb.Series, cli.HumanCount(lb.Samples))
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		again := false
 		for i, g := range ts.Groups {
 			label := ""
 			if i == 0 {
 				label = "groups run"
 			}
-			fmt.Fprintf(tw, "  %-13s\tL%d %s → %s\t%s\t%s\t%d sources\t%s\n", label, g.Level, cli.MsTime(g.RangeStart),
-				cli.MsTime(g.RangeEnd)[11:], versionsText(g), partitionsText(g.Partitions), g.Sources, g.State)
+			fmt.Fprintf(tw, "  %-13s\tL%d %s\t%s\t%s\t%d sources\t%s\n", label, g.Level, rangeText(g.RangeStart, g.RangeEnd),
+				versionsText(g), partitionsText(g.Partitions), g.Sources, g.State)
+			if g.Versions > 1 {
+				again = true
+			}
 		}
 		tw.Flush()
-		fmt.Fprintf(w, "                 %d group(s), %d version(s), %d partition job(s)\n", len(ts.Groups), ts.Versions, ts.Partitions)
+		fmt.Fprintf(w, "  %-13s  %d group(s), %d version(s), %d partition job(s)\n", "", len(ts.Groups), ts.Versions, ts.Partitions)
+		if again {
+			fmt.Fprintf(w, "  %-13s  (a group runs a new version over its output when blocks arrive after it was\n"+
+				"  %-13s   planned — here the late replicas — merging them vertically, duplicates once)\n", "", "")
+		}
 		verdict := "ok (I2 no double coverage, I3 no dangling files, I4 no orphans)"
 		if ts.Violations > 0 {
 			verdict = fmt.Sprintf("FAILED: %d violation(s)", ts.Violations)
 		}
-		fmt.Fprintf(w, "  sluice verify  %s\n", verdict)
+		fmt.Fprintf(w, "  %-13s  %s\n", "sluice verify", verdict)
 		e := ts.Equivalence
 		if e.OK() {
-			fmt.Fprintf(w, "  equivalence    ok: the live blocks hold exactly the %s distinct samples of %d series uploaded (%d missing, %d extra, %d duplicated)\n",
-				commas(e.InputSamples), e.InputSeries, e.Missing, e.Extra, e.DuplicatedInOutputs)
+			fmt.Fprintf(w, "  %-13s  ok: the live blocks hold exactly the %s distinct samples of %d series uploaded\n"+
+				"  %-13s  (%d missing, %d extra, %d duplicated)\n",
+				"equivalence", commas(e.InputSamples), e.InputSeries, "", e.Missing, e.Extra, e.DuplicatedInOutputs)
 		} else {
-			fmt.Fprintf(w, "  equivalence    FAILED: %s\n", strings.ReplaceAll(e.String(), "\n", "\n                 "))
+			fmt.Fprintf(w, "  %-13s  FAILED: %s\n", "equivalence", strings.ReplaceAll(e.String(), "\n", "\n                 "))
 		}
 	}
 	if r.sum.Verify != nil && !r.sum.Verify.OK() {
@@ -103,17 +112,22 @@ func (r *run) report() {
 	}
 
 	fmt.Fprintf(w, "\nAWS REQUESTS (%d tenants together)\n", len(r.sum.Tenants))
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  operation\tupload\tpipeline\tchecks\ttotal\t")
+	width := len("total")
+	for _, q := range r.sum.Requests {
+		width = max(width, len(q.Operation))
+	}
+	row := func(op string, a, b, c, d any) {
+		fmt.Fprintf(w, "  %-*s %8v %9v %7v %7v\n", width, op, a, b, c, d)
+	}
+	row("", "upload", "pipeline", "checks", "total")
 	var tot Request
 	for _, q := range r.sum.Requests {
-		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d\t\n", q.Operation, q.Upload, q.Pipeline, q.Checks, q.Total())
+		row(q.Operation, q.Upload, q.Pipeline, q.Checks, q.Total())
 		tot.Upload += q.Upload
 		tot.Pipeline += q.Pipeline
 		tot.Checks += q.Checks
 	}
-	fmt.Fprintf(tw, "  total\t%d\t%d\t%d\t%d\t\n", tot.Upload, tot.Pipeline, tot.Checks, tot.Total())
-	tw.Flush()
+	row("total", tot.Upload, tot.Pipeline, tot.Checks, tot.Total())
 	lists := 0
 	for _, q := range r.sum.Requests {
 		if strings.HasPrefix(q.Operation, "S3 List") {
@@ -172,4 +186,14 @@ func commas(n uint64) string {
 		s = s[:i] + "," + s[i:]
 	}
 	return s
+}
+
+// rangeText renders [from, to) as "2024-01-01 00:00 → 12:00", with the
+// end's date when it differs.
+func rangeText(from, to int64) string {
+	a, b := cli.MsTime(from), cli.MsTime(to)
+	if a[:10] == b[:10] {
+		return a + " → " + b[11:]
+	}
+	return a + " → " + b
 }

@@ -1,0 +1,132 @@
+// Package demo_test runs the `make demo` scenario at a smaller size and
+// checks its summary: every upload compacted and deleted, one live 24h
+// block per tenant holding exactly the uploaded samples, `sluice verify`
+// clean, no dead letters, and no LIST on the pipeline's path.
+package demo_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/localstack/envtest"
+	"github.com/sluice-dev/sluice/shared/cli"
+	"github.com/sluice-dev/sluice/shared/cli/demo"
+	"github.com/sluice-dev/sluice/shared/records"
+)
+
+func TestDemoScenarioSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: skipped with -short")
+	}
+	endpoint := envtest.Endpoint()
+	if !envtest.Answers(context.Background(), endpoint, 2*time.Second) {
+		if os.Getenv("SLUICE_REQUIRE_EMULATOR") == "1" {
+			t.Fatalf("no emulator answers at %s; SLUICE_REQUIRE_EMULATOR=1", endpoint)
+		}
+		t.Skipf("no emulator answers at %s (start it with `make up`)", endpoint)
+	}
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	dir := t.TempDir()
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	start := time.Now()
+	sum, err := demo.Run(ctx, demo.Options{
+		Endpoint: endpoint, Prefix: "t-demo-" + hex.EncodeToString(rnd[:]),
+		Series: 40, SamplesPerSeries: 30, MaxSeriesPerPartition: 120, DeletionDelay: 2 * time.Second, Seed: 7,
+		WorkDir: filepath.Join(dir, "work"), EnvFile: filepath.Join(dir, "demo.env"), LogFile: filepath.Join(dir, "demo.log"),
+		Timeout: 3 * time.Minute, Out: &out,
+	})
+	t.Logf("demo output (%s):\n%s", time.Since(start).Round(time.Second), out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sum.OK() {
+		logs, _ := os.ReadFile(filepath.Join(dir, "demo.log"))
+		t.Fatalf("demo failed: %v\nlast logs:\n%s", sum.Failures, tail(string(logs), 40))
+	}
+
+	if sum.Uploaded != 36 || sum.Duplicated != 4 || !sum.Settled {
+		t.Errorf("uploaded %d (want 36), duplicated %d (want 4), settled %v", sum.Uploaded, sum.Duplicated, sum.Settled)
+	}
+	want := map[string]int{"team-a": 12, "team-b": 24}
+	for _, ts := range sum.Tenants {
+		if ts.Uploaded != want[ts.Tenant] {
+			t.Errorf("%s: %d uploads, want %d", ts.Tenant, ts.Uploaded, want[ts.Tenant])
+		}
+		if n := ts.After[0][records.BlockDeleted]; n != ts.Uploaded {
+			t.Errorf("%s: %d of %d uploads deleted", ts.Tenant, n, ts.Uploaded)
+		}
+		var series uint64
+		for _, lb := range ts.Live {
+			if lb.Level != 2 || lb.MaxT-lb.MinT != (24*time.Hour).Milliseconds() {
+				t.Errorf("%s: live block %+v is not a 24h level-2 output", ts.Tenant, lb)
+			}
+			series += lb.Series
+		}
+		if len(ts.Live) == 0 || series != 40 {
+			t.Errorf("%s: %d live blocks with %d series, want the 40 series at level 2", ts.Tenant, len(ts.Live), series)
+		}
+		if len(ts.Groups) != 3 || ts.Partitions < 4 {
+			t.Errorf("%s: %d groups, %d partition jobs; want 2 at 12h and 1 at 24h, some partitioned", ts.Tenant, len(ts.Groups), ts.Partitions)
+		}
+		for _, g := range ts.Groups {
+			if g.State != string(records.GroupRetired) {
+				t.Errorf("%s: group %s ended %s", ts.Tenant, g.Group, g.State)
+			}
+		}
+		e := ts.Equivalence
+		if !e.OK() || e.InputSamples != 40*30*12 || e.InputSeries != 40 {
+			t.Errorf("%s: equivalence %s", ts.Tenant, e.String())
+		}
+		if ts.Violations != 0 {
+			t.Errorf("%s: %d violations", ts.Tenant, ts.Violations)
+		}
+	}
+	for _, q := range sum.Requests {
+		if strings.HasPrefix(q.Operation, "S3 List") && q.Pipeline > 0 {
+			t.Errorf("the pipeline called %s %d times", q.Operation, q.Pipeline)
+		}
+		if q.Operation == "S3 PutObject" && q.Upload != 36*3 {
+			t.Errorf("upload put %d objects, want 108", q.Upload)
+		}
+	}
+	for _, line := range []string{"TENANT team-a (replication factor 1)", "TENANT team-b (replication factor 2)",
+		"blocks before  12 × 2h (level 0)", "sluice verify  ok", "equivalence    ok", "AWS REQUESTS", "ALL CHECKS PASSED"} {
+		if !strings.Contains(out.String(), line) {
+			t.Errorf("report lacks %q", line)
+		}
+	}
+	env, err := cli.ReadEnvFile(filepath.Join(dir, "demo.env"))
+	if err != nil || env["SLUICE_BUCKET"] == "" || env["AWS_ENDPOINT_URL"] != endpoint {
+		t.Errorf("env file: %v %v", env, err)
+	}
+}
+
+func TestDemoCommandRefusesBadSizes(t *testing.T) {
+	var stderr bytes.Buffer
+	code := cli.Main(context.Background(), cli.IO{Stdout: io.Discard, Stderr: &stderr}, []string{"demo", "--hours", "3", "--endpoint", "http://127.0.0.1:1"})
+	if code != 2 && code != 1 {
+		t.Errorf("exit %d", code)
+	}
+	if strings.Count(strings.TrimSpace(stderr.String()), "\n") > 1 || stderr.Len() == 0 {
+		t.Errorf("stderr: %q", stderr.String())
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
