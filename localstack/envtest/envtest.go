@@ -8,7 +8,9 @@
 //
 // Every call provisions fresh resources under a unique prefix, so tests run
 // in parallel against one emulator without seeing each other. Queues get
-// test-sized visibility timeouts, so a failed message comes back in seconds.
+// test-sized visibility timeouts, so a failed message comes back in seconds,
+// and block-events starts empty (the s3:TestEvent that configuring the
+// bucket's notification sends is purged).
 //
 // New skips under `go test -short`. When the emulator
 // (AWS_ENDPOINT_URL, default http://127.0.0.1:4566) does not answer, it
