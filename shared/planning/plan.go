@@ -70,8 +70,10 @@ func (p Policy) Plan(g GroupKey, blocks []Candidate, now time.Time) Decision {
 	if lower == 0 {
 		return Decision{Wait: "no new lower-level block in range"}
 	}
-	if len(srcs) == 1 && srcs[0].MinT == start && srcs[0].MaxT == end {
-		return Decision{Wait: "a single block already spans the range"}
+	if len(srcs) == 1 {
+		// Compacting one block would rewrite it unchanged; it moves up
+		// when a second block joins its range.
+		return Decision{Wait: "a single block: nothing to merge"}
 	}
 	closed := now.UnixMilli() >= newest+p.CloseDelay.Milliseconds()
 	if !closed && !covers(srcs, start, end) {

@@ -40,11 +40,10 @@ func TestPlan(t *testing.T) {
 		{"outputs alone never re-plan", g12, []Candidate{blk("o1", 0, 12, 1), blk("o2", 0, 12, 1)}, late, 0,
 			"no new lower-level block in range"},
 		{"late block merges with the level's outputs", g24, []Candidate{blk("o", 0, 24, 2), blk("late", 4, 6, 0)}, late, 2, ""},
-		{"a single spanning block is left alone", g12, []Candidate{blk("x", 0, 12, 0)}, late, 0,
-			"a single block already spans the range"},
+		{"a single block is left alone", g12, []Candidate{blk("x", 0, 12, 0)}, late, 0, "a single block: nothing to merge"},
 		{"blocks outside the range are ignored", g12, append(sixBlocks(), blk("next", 12, 14, 0)), early, 6, ""},
 		{"unplannable blocks are not sources", g12, append(sixBlocks(), Candidate{ID: "nc", MinT: 0, MaxT: 2 * h}), early, 6, ""},
-		{"a recent arrival keeps a past range open", g12, []Candidate{func() Candidate { c := blk("a", 0, 2, 0); c.Arrived = 47*h + h/2; return c }()}, late, 0,
+		{"a recent arrival keeps a past range open", g12, []Candidate{blk("b", 2, 4, 0), func() Candidate { c := blk("a", 0, 2, 0); c.Arrived = 47*h + h/2; return c }()}, late, 0,
 			"range not covered yet and not closed"},
 		{"24h takes two 12h outputs", g24, []Candidate{blk("a", 0, 12, 1), blk("b", 12, 24, 1)}, time.UnixMilli(24 * h), 2, ""},
 	}

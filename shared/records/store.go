@@ -289,10 +289,14 @@ func (st *Store) queryRange(ctx context.Context, pk, prefix, upTo string) ([]map
 		TableName:      aws.String(st.table),
 		ConsistentRead: aws.Bool(true),
 	}
-	if upTo == "" {
+	switch {
+	case prefix == "" && upTo == "":
+		in.KeyConditionExpression = aws.String("PK = :pk")
+		in.ExpressionAttributeValues = map[string]types.AttributeValue{":pk": s(pk)}
+	case upTo == "":
 		in.KeyConditionExpression = aws.String("PK = :pk AND begins_with(SK, :p)")
 		in.ExpressionAttributeValues = map[string]types.AttributeValue{":pk": s(pk), ":p": s(prefix)}
-	} else {
+	default:
 		in.KeyConditionExpression = aws.String("PK = :pk AND SK BETWEEN :a AND :b")
 		in.ExpressionAttributeValues = map[string]types.AttributeValue{":pk": s(pk), ":a": s(prefix), ":b": s(upTo)}
 	}

@@ -30,6 +30,7 @@ type upload struct {
 // end with one compacted day per tenant (its partitions), every source
 // marked and then deleted, and exactly the uploaded samples live.
 func TestConvergence(t *testing.T) {
+	t.Parallel()
 	w := testworld.New(t, testworld.Options{Configure: func(c *config.Config) {
 		c.Policy.MaxSeriesPerPartition = 150 // small, so groups get 4 and 8 partitions
 	}})

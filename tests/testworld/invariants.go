@@ -40,9 +40,9 @@ func Live(blocks []records.Block) []records.Block {
 //   - I2 no two live blocks overlap in time unless they are partitions of
 //     one group version (or under a no-compact mark);
 //   - I3 every published meta.json lists files that exist with their sizes;
-//   - I4 every object version in the bucket is named by a live block's
-//     record (or belongs to a rejected upload or a no-compact mark), and no
-//     delete marker exists: every delete named a VersionId.
+//   - I4 every object version of a block key in the bucket is named by a
+//     live block's record (or belongs to a rejected upload or a no-compact
+//     mark), and no delete marker exists: every delete named a VersionId.
 func (w *World) CheckQuiescent(ctx context.Context, tenants ...string) error {
 	var errs []error
 	named := map[string]bool{}
@@ -85,6 +85,12 @@ func (w *World) key(b records.Block) (blockkey.Key, error) {
 
 // checkSamples is I1.
 func (w *World) checkSamples(ctx context.Context, tenant string, live []records.Block) error {
+	if len(w.Uploaded[tenant]) == 0 {
+		if len(live) > 0 {
+			return fmt.Errorf("I1 violated for %s: %d live blocks but nothing valid was uploaded", tenant, len(live))
+		}
+		return nil
+	}
 	dirs, err := w.DownloadBlocks(ctx, live)
 	if err != nil {
 		return err
@@ -200,6 +206,9 @@ func (w *World) checkObjects(ctx context.Context, named map[string]bool) error {
 		}
 		for _, v := range res.Versions {
 			key := aws.ToString(v.Key)
+			if _, err := blockkey.Parse(key, w.Config.Layout); err != nil {
+				continue // not a block object: not Sluice's to keep or delete
+			}
 			if named[key+"@"+aws.ToString(v.VersionId)] || named[key+"@*"] || namedPrefix(named, key) {
 				continue
 			}

@@ -1,0 +1,107 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sluice-dev/sluice/localstack/envtest"
+	"github.com/sluice-dev/sluice/shared/blockgen"
+	"github.com/sluice-dev/sluice/shared/blockkey"
+	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/spec"
+	"github.com/sluice-dev/sluice/tests/testworld"
+)
+
+// Bad input gets a clear outcome and loses nothing: a corrupt meta.json and
+// a block missing its index are recorded REJECTED with the reason; a key
+// outside the layout is a logged skip; a malformed message lands in the
+// DLQ with its body intact. Meanwhile another tenant's work completes.
+func TestBadInputIsIsolated(t *testing.T) {
+	t.Parallel()
+	w := testworld.New(t, testworld.Options{Env: []envtest.Option{
+		envtest.WithVisibilityTimeout(time.Second), envtest.WithMaxReceiveCount(2)}})
+	ctx := context.Background()
+	bucket := aws.String(w.Config.Bucket)
+	put := func(key, body string) {
+		t.Helper()
+		if _, err := w.Env.Clients.S3.PutObject(ctx, &s3.PutObjectInput{Bucket: bucket, Key: aws.String(key), Body: strings.NewReader(body)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Tenant "bad": a corrupt meta.json, and a block whose index is missing.
+	bad := w.Generate(blockgen.Options{Tenant: "bad", Start: day(), Blocks: 2, Series: 10, Seed: 5, ThanosFiles: true})
+	corrupt, noIndex := bad[0], bad[1]
+	if err := os.WriteFile(filepath.Join(corrupt.Dir, blockkey.MetaFile), []byte(`{"ulid": "01J`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := testworld.UploadBlock(ctx, w.Env.Clients.S3, w.Config.Bucket, w.Config.Layout, "bad", corrupt.Dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(noIndex.Dir, blockkey.IndexFile)); err != nil {
+		t.Fatal(err)
+	}
+	if err := testworld.UploadBlock(ctx, w.Env.Clients.S3, w.Config.Bucket, w.Config.Layout, "bad", noIndex.Dir); err != nil {
+		t.Fatal(err)
+	}
+	// Keys outside the <tenant>/<ULID>/ layout.
+	put("loose/meta.json", "{}")
+	put("acme/not-a-ulid/meta.json", "{}")
+	// A message that is neither an S3 event nor a Sluice message.
+	const poison = `{"this is": "not an event"}`
+	if _, err := w.Env.Clients.SQS.SendMessage(ctx, &sqs.SendMessageInput{
+		QueueUrl: aws.String(w.Env.Deployment.QueueURLs[spec.BlockEvents]), MessageBody: aws.String(poison)}); err != nil {
+		t.Fatal(err)
+	}
+	// Tenant "good" compacts meanwhile.
+	halfDay(ctx, w, "good", 6)
+	settle(t, w, "good", "bad")
+
+	rejected := byID(w.Blocks(ctx, "bad"))
+	for _, c := range []struct {
+		id, reason string
+	}{{corrupt.Meta.ULID.String(), "truncated JSON"}, {noIndex.Meta.ULID.String(), "block file missing"}} {
+		b, ok := rejected[c.id]
+		if !ok || b.State != records.BlockRejected || !strings.Contains(b.Reason, c.reason) || !strings.Contains(b.Reason, c.id) && !strings.Contains(b.Reason, "bad/") {
+			t.Errorf("block %s = %+v; want REJECTED naming the block and %q", c.id, b, c.reason)
+		}
+	}
+	if len(rejected) != 2 {
+		t.Errorf("tenant bad has %d records, want the 2 rejected blocks", len(rejected))
+	}
+	tenants, err := w.Store.Tenants(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tn := range tenants {
+		if tn == "loose" || tn == "acme" {
+			t.Errorf("a key outside the layout registered tenant %q", tn)
+		}
+	}
+	dlq := w.Env.Deployment.DLQURLs[spec.BlockEvents]
+	var bodies []string
+	deadline := time.Now().Add(30 * time.Second)
+	for len(bodies) == 0 && time.Now().Before(deadline) {
+		res, err := w.Env.Clients.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(dlq), MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range res.Messages {
+			bodies = append(bodies, aws.ToString(m.Body))
+		}
+	}
+	if len(bodies) != 1 || bodies[0] != poison {
+		t.Fatalf("block-events DLQ holds %q; want exactly the poison message, intact", bodies)
+	}
+	if err := w.CheckQuiescent(ctx, "good", "bad"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,40 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/shared/blockgen"
+	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/tests/testworld"
+)
+
+// halfDay uploads a tenant's first 12 hours of day() as six 2h blocks.
+func halfDay(ctx context.Context, w *testworld.World, tenant string, seed int64) []blockgen.Block {
+	blocks := w.Generate(blockgen.Options{Tenant: tenant, Start: day(), Blocks: 6, Series: 30, Seed: seed, ThanosFiles: true})
+	for _, b := range blocks {
+		w.Upload(ctx, tenant, b.Dir)
+	}
+	return blocks
+}
+
+// settle runs the pipeline until the tenants are quiescent.
+func settle(t *testing.T, w *testworld.World, tenants ...string) {
+	t.Helper()
+	err := w.Pipeline.Settle(context.Background(), 2*time.Second, 4*time.Minute, func(ctx context.Context) (bool, error) {
+		return w.Quiescent(ctx, tenants...)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// byID indexes block records.
+func byID(blocks []records.Block) map[string]records.Block {
+	m := map[string]records.Block{}
+	for _, b := range blocks {
+		m[b.ID] = b
+	}
+	return m
+}

@@ -1,0 +1,678 @@
+package testworld
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/sluice-dev/sluice/shared/blockkey"
+	"github.com/sluice-dev/sluice/shared/blockmeta"
+	"github.com/sluice-dev/sluice/shared/messages"
+	"github.com/sluice-dev/sluice/shared/pipeline"
+	"github.com/sluice-dev/sluice/shared/records"
+)
+
+// Monitor checks, at the moment each thing happens, what DESIGN.md §5 says
+// must hold then — independently of the conditions the code writes:
+//
+//   - I5 fencing of records: every write the table accepts is one the
+//     protocol allows from the state it leaves. A commit lands only on the
+//     current, PLANNED version and only for the lease holder; a lease only
+//     on the current PLANNED version and a PENDING or expired partition; a
+//     completion only when every partition is DONE; a version only after the
+//     previous one is final; every block transition only from its allowed
+//     state and at the gen the writer read.
+//   - I5 fencing of block ops: an uploader op acts only while the block is
+//     still at the op's gen and in the op's state (the op travels in the
+//     context, see WithOp).
+//   - I1/I3 online: no delete removes an object version that a block which
+//     still needs it names; every meta.json published lists files that exist
+//     with their sizes.
+//   - I4 online: every delete names a VersionId (no delete markers).
+//
+// To judge a write against the state it leaves, the Monitor serialises the
+// pipeline's DynamoDB writes: it reads the items a write touches, sends the
+// write, and judges it if it was accepted. The emulator serialises DynamoDB
+// requests anyway, so this costs little.
+type Monitor struct {
+	table  string
+	bucket string
+	layout blockkey.Layout
+	raw    records.DynamoDB
+	rawS3  pipeline.S3
+
+	writes sync.Mutex // held across pre-read, write and judgement
+
+	mu         sync.Mutex
+	violations []string
+	checks     map[string]int
+	commits    []CommitAttempt
+}
+
+// CommitAttempt is one commit transaction the Monitor saw.
+type CommitAttempt struct {
+	Ref      string // <tenant>/<group>@v<v>/p<p>
+	Owner    string
+	Accepted bool
+}
+
+// NewMonitor watches w's table and bucket. Install it (or wrap clients with
+// DynamoDB and S3 yourself) before the pipeline runs.
+func NewMonitor(w *World) *Monitor {
+	return &Monitor{
+		table: w.Config.Table, bucket: w.Config.Bucket, layout: w.Config.Layout,
+		raw: w.Env.Clients.DynamoDB, rawS3: w.Env.Clients.S3, checks: map[string]int{},
+	}
+}
+
+// Install puts the Monitor between w's pipeline and AWS: a records.Store
+// over the watched DynamoDB, the watched S3 client, and its hook after the
+// pipeline's own.
+func (m *Monitor) Install(w *World) {
+	d := w.Pipeline.Deps
+	d.Store = records.NewStore(m.DynamoDB(m.raw), m.table, d.Logger)
+	d.S3 = m.S3(d.S3)
+	d.Hook = ChainHooks(d.Hook, m.Hook)
+}
+
+// ChainHooks calls each non-nil hook in order; the first error wins.
+func ChainHooks(hooks ...pipeline.Hook) pipeline.Hook {
+	return func(ctx context.Context, step pipeline.Step, subject string) error {
+		for _, h := range hooks {
+			if h == nil {
+				continue
+			}
+			if err := h(ctx, step, subject); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// Violations lists what the Monitor caught, in order.
+func (m *Monitor) Violations() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.violations...)
+}
+
+// Err joins the violations, nil when there are none.
+func (m *Monitor) Err() error {
+	v := m.Violations()
+	if len(v) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d violations caught online:\n  %s", len(v), strings.Join(v, "\n  "))
+}
+
+// Checks counts the checks made, by name.
+func (m *Monitor) Checks() map[string]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]int, len(m.checks))
+	for k, v := range m.checks {
+		out[k] = v
+	}
+	return out
+}
+
+// Commits lists every commit transaction seen, accepted or not.
+func (m *Monitor) Commits() []CommitAttempt {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]CommitAttempt(nil), m.commits...)
+}
+
+func (m *Monitor) check(name string, ok bool, format string, args ...any) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.checks[name]++
+	if !ok {
+		m.violations = append(m.violations, name+": "+fmt.Sprintf(format, args...))
+	}
+}
+
+// --- block ops in the context ---
+
+type opKey struct{}
+
+// WithOp tells the Monitor (and fault injectors) which block op the
+// uploader is executing under ctx.
+func WithOp(ctx context.Context, op messages.BlockOp) context.Context {
+	return context.WithValue(ctx, opKey{}, op)
+}
+
+// OpFrom is the op WithOp stored, if any.
+func OpFrom(ctx context.Context) (messages.BlockOp, bool) {
+	op, ok := ctx.Value(opKey{}).(messages.BlockOp)
+	return op, ok
+}
+
+// Hook checks I5 for block ops at the uploader's steps: the op passed its
+// gen check, so the block must be at the op's gen and in its state.
+func (m *Monitor) Hook(ctx context.Context, step pipeline.Step, subject string) error {
+	if !strings.HasPrefix(string(step), "uploader.before-") {
+		return nil
+	}
+	if op, ok := OpFrom(ctx); ok {
+		m.checkOp(ctx, op, string(step))
+	}
+	return nil
+}
+
+var opStates = map[messages.OpKind][]records.BlockState{
+	messages.OpPublish: {records.BlockLive},
+	messages.OpMark:    {records.BlockRetiring},
+	messages.OpDelete:  {records.BlockDeleted, records.BlockDiscarded},
+}
+
+func (m *Monitor) checkOp(ctx context.Context, op messages.BlockOp, where string) {
+	want, ok := opStates[op.Op]
+	if !ok {
+		return // DELETE_STRAY names versions no record names; checked per delete
+	}
+	b, found, err := m.block(ctx, op.Tenant, op.Block)
+	if err != nil {
+		return
+	}
+	okState := false
+	for _, s := range want {
+		okState = okState || b.State == s
+	}
+	m.check("I5 block op at current gen", found && b.Gen == op.Gen && okState,
+		"%s op of %s/%s at gen %d acts (%s) while the block is %s at gen %d", op.Op, op.Tenant, op.Block, op.Gen, where, b.State, b.Gen)
+}
+
+// --- DynamoDB ---
+
+// DynamoDB wraps db (the client the pipeline's records.Store uses).
+func (m *Monitor) DynamoDB(db records.DynamoDB) records.DynamoDB { return &watchedDB{m: m, db: db} }
+
+type watchedDB struct {
+	m  *Monitor
+	db records.DynamoDB
+}
+
+func (w *watchedDB) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	return w.db.GetItem(ctx, in, o...)
+}
+
+func (w *watchedDB) Query(ctx context.Context, in *dynamodb.QueryInput, o ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	return w.db.Query(ctx, in, o...)
+}
+
+func (w *watchedDB) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
+	return w.db.BatchGetItem(ctx, in, o...)
+}
+
+func (w *watchedDB) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, o ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
+	w.m.writes.Lock()
+	defer w.m.writes.Unlock()
+	return w.db.DeleteItem(ctx, in, o...)
+}
+
+func (w *watchedDB) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	item := types.TransactWriteItem{Put: &types.Put{Item: in.Item, ConditionExpression: in.ConditionExpression,
+		ExpressionAttributeNames: in.ExpressionAttributeNames, ExpressionAttributeValues: in.ExpressionAttributeValues}}
+	var out *dynamodb.PutItemOutput
+	err := w.m.judged(ctx, []types.TransactWriteItem{item}, func() error {
+		var err error
+		out, err = w.db.PutItem(ctx, in, o...)
+		return err
+	})
+	return out, err
+}
+
+func (w *watchedDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	item := types.TransactWriteItem{Update: &types.Update{Key: in.Key, UpdateExpression: in.UpdateExpression,
+		ConditionExpression: in.ConditionExpression, ExpressionAttributeNames: in.ExpressionAttributeNames,
+		ExpressionAttributeValues: in.ExpressionAttributeValues}}
+	var out *dynamodb.UpdateItemOutput
+	err := w.m.judged(ctx, []types.TransactWriteItem{item}, func() error {
+		var err error
+		out, err = w.db.UpdateItem(ctx, in, o...)
+		return err
+	})
+	return out, err
+}
+
+func (w *watchedDB) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, o ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	var out *dynamodb.TransactWriteItemsOutput
+	err := w.m.judged(ctx, in.TransactItems, func() error {
+		var err error
+		out, err = w.db.TransactWriteItems(ctx, in, o...)
+		return err
+	})
+	return out, err
+}
+
+// itemKind classifies a key by its sort key (shared/records' key scheme).
+type itemKind int
+
+const (
+	kindOther itemKind = iota
+	kindBlock
+	kindHead
+	kindPartition
+)
+
+type itemRef struct {
+	kind     itemKind
+	pk, sk   string
+	tenant   string
+	headSK   string // for partitions: their group head
+	version  int64  // for partitions
+	index    int    // for partitions
+	blockID  string // for blocks
+	groupKey string // "<level>#<start>"
+}
+
+var partitionSK = regexp.MustCompile(`^G#(\d+#-?\d+)#V#(\d+)#P#(\d+)$`)
+var headSK = regexp.MustCompile(`^G#(\d+#-?\d+)$`)
+
+func refOf(key map[string]types.AttributeValue) itemRef {
+	pk, _ := key["PK"].(*types.AttributeValueMemberS)
+	sk, _ := key["SK"].(*types.AttributeValueMemberS)
+	if pk == nil || sk == nil || !strings.HasPrefix(pk.Value, "T#") {
+		return itemRef{}
+	}
+	r := itemRef{pk: pk.Value, sk: sk.Value, tenant: strings.TrimPrefix(pk.Value, "T#")}
+	switch {
+	case strings.HasPrefix(sk.Value, "B#"):
+		r.kind, r.blockID = kindBlock, strings.TrimPrefix(sk.Value, "B#")
+	case headSK.MatchString(sk.Value):
+		r.kind, r.groupKey = kindHead, headSK.FindStringSubmatch(sk.Value)[1]
+	case partitionSK.MatchString(sk.Value):
+		g := partitionSK.FindStringSubmatch(sk.Value)
+		r.kind, r.groupKey, r.headSK = kindPartition, g[1], "G#"+g[1]
+		r.version, _ = strconv.ParseInt(g[2], 10, 64)
+		r.index, _ = strconv.Atoi(g[3])
+	}
+	return r
+}
+
+func writeKey(it types.TransactWriteItem) map[string]types.AttributeValue {
+	switch {
+	case it.Put != nil:
+		return it.Put.Item
+	case it.Update != nil:
+		return it.Update.Key
+	case it.Delete != nil:
+		return it.Delete.Key
+	case it.ConditionCheck != nil:
+		return it.ConditionCheck.Key
+	}
+	return nil
+}
+
+// preimage is what the items a write touches held just before it.
+type preimage struct {
+	items map[string]map[string]types.AttributeValue // pk/sk → item (nil: absent)
+	parts map[string][]records.Partition             // pk/headSK#v → partitions
+}
+
+func (m *Monitor) judged(ctx context.Context, items []types.TransactWriteItem, write func() error) error {
+	m.writes.Lock()
+	defer m.writes.Unlock()
+	pre := preimage{items: map[string]map[string]types.AttributeValue{}, parts: map[string][]records.Partition{}}
+	for _, it := range items {
+		r := refOf(writeKey(it))
+		if r.kind == kindOther || it.ConditionCheck != nil || it.Delete != nil {
+			continue
+		}
+		if err := m.load(ctx, &pre, r.pk, r.sk); err != nil {
+			return write() // cannot judge: let the write through unjudged
+		}
+		switch r.kind {
+		case kindPartition:
+			if err := m.load(ctx, &pre, r.pk, r.headSK); err != nil {
+				return write()
+			}
+		case kindHead:
+			if it.Update != nil && strVal(it.Update.ExpressionAttributeValues, ":to") == string(records.GroupComplete) {
+				if err := m.loadParts(ctx, &pre, r); err != nil {
+					return write()
+				}
+			}
+		}
+	}
+	err := write()
+	for _, it := range items {
+		m.judge(items, it, pre, err)
+	}
+	return err
+}
+
+func (m *Monitor) load(ctx context.Context, pre *preimage, pk, sk string) error {
+	if _, ok := pre.items[pk+"/"+sk]; ok {
+		return nil
+	}
+	res, err := m.raw.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(m.table), ConsistentRead: aws.Bool(true),
+		Key: map[string]types.AttributeValue{"PK": &types.AttributeValueMemberS{Value: pk}, "SK": &types.AttributeValueMemberS{Value: sk}}})
+	if err != nil {
+		return err
+	}
+	if len(res.Item) == 0 {
+		pre.items[pk+"/"+sk] = nil
+	} else {
+		pre.items[pk+"/"+sk] = res.Item
+	}
+	return nil
+}
+
+func (m *Monitor) loadParts(ctx context.Context, pre *preimage, head itemRef) error {
+	if err := m.load(ctx, pre, head.pk, head.sk); err != nil {
+		return err
+	}
+	var g records.Group
+	if it := pre.items[head.pk+"/"+head.sk]; it != nil {
+		_ = attributevalue.UnmarshalMap(it, &g)
+	}
+	prefix := fmt.Sprintf("%s#V#%d#P#", head.sk, g.Version)
+	var parts []records.Partition
+	in := &dynamodb.QueryInput{TableName: aws.String(m.table), ConsistentRead: aws.Bool(true),
+		KeyConditionExpression: aws.String("PK = :pk AND begins_with(SK, :p)"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":pk": &types.AttributeValueMemberS{Value: head.pk}, ":p": &types.AttributeValueMemberS{Value: prefix}}}
+	for {
+		res, err := m.raw.Query(ctx, in)
+		if err != nil {
+			return err
+		}
+		for _, it := range res.Items {
+			var p records.Partition
+			if err := attributevalue.UnmarshalMap(it, &p); err == nil {
+				parts = append(parts, p)
+			}
+		}
+		if len(res.LastEvaluatedKey) == 0 {
+			break
+		}
+		in.ExclusiveStartKey = res.LastEvaluatedKey
+	}
+	sort.Slice(parts, func(i, j int) bool { return parts[i].Index < parts[j].Index })
+	pre.parts[head.pk+"/"+head.sk] = parts
+	return nil
+}
+
+func strVal(vals map[string]types.AttributeValue, name string) string {
+	if v, ok := vals[name].(*types.AttributeValueMemberS); ok {
+		return v.Value
+	}
+	return ""
+}
+
+func numVal(vals map[string]types.AttributeValue, name string) (int64, bool) {
+	v, ok := vals[name].(*types.AttributeValueMemberN)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(v.Value, 10, 64)
+	return n, err == nil
+}
+
+var setState = regexp.MustCompile(`#st\s*=\s*(:[A-Za-z0-9_]+)`)
+
+// targetState is the state an update SETs ("" when it sets none).
+func targetState(u *types.Update) string {
+	expr := aws.ToString(u.UpdateExpression)
+	if i := strings.Index(expr, "SET "); i >= 0 {
+		if g := setState.FindStringSubmatch(expr[i:]); g != nil {
+			return strVal(u.ExpressionAttributeValues, g[1])
+		}
+	}
+	return ""
+}
+
+func unmarshal[T any](item map[string]types.AttributeValue) (T, bool) {
+	var v T
+	if item == nil {
+		return v, false
+	}
+	return v, attributevalue.UnmarshalMap(item, &v) == nil
+}
+
+// accepted reports whether the write went through; a failed write is
+// judged only for the record of commit attempts.
+func (m *Monitor) judge(all []types.TransactWriteItem, it types.TransactWriteItem, pre preimage, err error) {
+	r := refOf(writeKey(it))
+	switch {
+	case r.kind == kindPartition && it.Update != nil:
+		m.judgePartition(r, it.Update, pre, err)
+	case err != nil:
+		return
+	case r.kind == kindHead && it.Update != nil:
+		m.judgeHeadUpdate(r, it.Update, pre)
+	case r.kind == kindHead && it.Put != nil:
+		m.judgeHeadPut(r, it.Put, pre)
+	case r.kind == kindBlock && it.Update != nil:
+		m.judgeBlockUpdate(r, it.Update, pre)
+	case r.kind == kindBlock && it.Put != nil:
+		_, existed := unmarshal[records.Block](pre.items[r.pk+"/"+r.sk])
+		m.check("I5 block created once", !existed, "block %s/%s was put over an existing record", r.tenant, r.blockID)
+	}
+}
+
+func (m *Monitor) judgePartition(r itemRef, u *types.Update, pre preimage, err error) {
+	head, _ := unmarshal[records.Group](pre.items[r.pk+"/"+r.headSK])
+	part, found := unmarshal[records.Partition](pre.items[r.pk+"/"+r.sk])
+	ref := fmt.Sprintf("%s/%s@v%d/p%d", r.tenant, r.groupKey, r.version, r.index)
+	current := head.Version == r.version && head.State == records.GroupPlanned
+	owner := strVal(u.ExpressionAttributeValues, ":owner")
+	switch records.PartitionState(targetState(u)) {
+	case records.PartitionDone:
+		m.mu.Lock()
+		m.commits = append(m.commits, CommitAttempt{Ref: ref, Owner: owner, Accepted: err == nil})
+		m.mu.Unlock()
+		if err != nil {
+			return
+		}
+		m.check("I5 commit fenced", current, "commit of %s by %s accepted while the group is at v%d %s", ref, owner, head.Version, head.State)
+		m.check("I5 commit by lease holder", found && part.State == records.PartitionRunning && part.LeaseOwner == owner,
+			"commit of %s by %s accepted while the partition is %s held by %q", ref, owner, part.State, part.LeaseOwner)
+	case records.PartitionRunning:
+		if err != nil {
+			return
+		}
+		now, _ := numVal(u.ExpressionAttributeValues, ":now")
+		m.check("I5 lease fenced", current, "lease of %s by %s accepted while the group is at v%d %s", ref, owner, head.Version, head.State)
+		free := found && (part.State == records.PartitionPending || (part.State == records.PartitionRunning && part.LeaseUntil < now))
+		m.check("I5 lease exclusive", free, "lease of %s by %s accepted while the partition is %s held by %q until %d (now %d)",
+			ref, owner, part.State, part.LeaseOwner, part.LeaseUntil, now)
+	}
+}
+
+var groupFrom = map[records.GroupState][]records.GroupState{
+	records.GroupPlanned:    {records.GroupClaiming},
+	records.GroupComplete:   {records.GroupPlanned},
+	records.GroupRetired:    {records.GroupComplete},
+	records.GroupSuperseded: {records.GroupClaiming, records.GroupPlanned},
+}
+
+func (m *Monitor) judgeHeadUpdate(r itemRef, u *types.Update, pre preimage) {
+	to := records.GroupState(strVal(u.ExpressionAttributeValues, ":to"))
+	if to == "" {
+		return
+	}
+	head, found := unmarshal[records.Group](pre.items[r.pk+"/"+r.sk])
+	ref := fmt.Sprintf("%s/%s@v%d", r.tenant, r.groupKey, head.Version)
+	allowed := false
+	for _, f := range groupFrom[to] {
+		allowed = allowed || head.State == f
+	}
+	if v, ok := numVal(u.ExpressionAttributeValues, ":v"); ok && v != head.Version {
+		allowed = false
+		ref += fmt.Sprintf(" (the writer meant v%d)", v)
+	}
+	m.check("I5 group transition", found && allowed, "%s moved %s → %s", ref, head.State, to)
+	if to == records.GroupComplete {
+		parts := pre.parts[r.pk+"/"+r.sk]
+		done := len(parts) == head.Partitions
+		var notDone []string
+		for _, p := range parts {
+			if p.State != records.PartitionDone {
+				done = false
+				notDone = append(notDone, fmt.Sprintf("p%d %s", p.Index, p.State))
+			}
+		}
+		m.check("I5 completion after every partition", done, "%s completed with %d of %d partition items, not done: %v",
+			ref, len(parts), head.Partitions, notDone)
+	}
+}
+
+func (m *Monitor) judgeHeadPut(r itemRef, p *types.Put, pre preimage) {
+	next, _ := unmarshal[records.Group](p.Item)
+	prev, found := unmarshal[records.Group](pre.items[r.pk+"/"+r.sk])
+	ok := !found || ((prev.State == records.GroupRetired || prev.State == records.GroupSuperseded) && next.Version == prev.Version+1)
+	m.check("I5 one unfinished version", ok, "%s/%s@v%d created while v%d is %s", r.tenant, r.groupKey, next.Version, prev.Version, prev.State)
+}
+
+var blockFrom = map[records.BlockState][]records.BlockState{
+	records.BlockClaimed:   {records.BlockLive},
+	records.BlockLive:      {records.BlockPending, records.BlockClaimed},
+	records.BlockRetiring:  {records.BlockClaimed},
+	records.BlockDeleted:   {records.BlockRetiring},
+	records.BlockDiscarded: {records.BlockPending},
+}
+
+func (m *Monitor) judgeBlockUpdate(r itemRef, u *types.Update, pre preimage) {
+	b, found := unmarshal[records.Block](pre.items[r.pk+"/"+r.sk])
+	vals := u.ExpressionAttributeValues
+	to := records.BlockState(targetState(u))
+	what := fmt.Sprintf("block %s/%s %s → %s", r.tenant, r.blockID, b.State, to)
+	if to == "" {
+		expr := aws.ToString(u.UpdateExpression)
+		switch {
+		case strings.Contains(expr, "published"):
+			what = fmt.Sprintf("block %s/%s published while %s", r.tenant, r.blockID, b.State)
+			m.check("I5 block transition", found && b.State == records.BlockLive, "%s", what)
+		case strings.Contains(expr, "markVid"):
+			what = fmt.Sprintf("block %s/%s mark recorded while %s", r.tenant, r.blockID, b.State)
+			m.check("I5 block transition", found && b.State == records.BlockRetiring, "%s", what)
+		}
+	} else {
+		allowed := false
+		for _, f := range blockFrom[to] {
+			allowed = allowed || b.State == f
+		}
+		ref := strVal(vals, ":ref")
+		switch {
+		case to == records.BlockClaimed:
+			allowed = allowed && b.Published && b.ClaimedBy == ""
+		case to == records.BlockLive && b.State == records.BlockClaimed, to == records.BlockRetiring:
+			allowed = allowed && ref != "" && b.ClaimedBy == ref
+			what += fmt.Sprintf(" (claimed by %q, writer %q)", b.ClaimedBy, ref)
+		}
+		m.check("I5 block transition", found && allowed, "%s", what)
+	}
+	if g, ok := numVal(vals, ":gen"); ok {
+		m.check("I5 block write at the gen read", b.Gen == g, "%s written expecting gen %d, record at gen %d", what, g, b.Gen)
+	} else if nx, ok := numVal(vals, ":next"); ok {
+		m.check("I5 block write at the gen read", b.Gen == nx-1, "%s written to gen %d, record at gen %d", what, nx, b.Gen)
+	}
+}
+
+func (m *Monitor) block(ctx context.Context, tenant, id string) (records.Block, bool, error) {
+	res, err := m.raw.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(m.table), ConsistentRead: aws.Bool(true),
+		Key: map[string]types.AttributeValue{"PK": &types.AttributeValueMemberS{Value: "T#" + tenant}, "SK": &types.AttributeValueMemberS{Value: "B#" + id}}})
+	if err != nil {
+		return records.Block{}, false, err
+	}
+	b, ok := unmarshal[records.Block](res.Item)
+	return b, ok, nil
+}
+
+// --- S3 ---
+
+// S3 wraps c (the client the pipeline uses).
+func (m *Monitor) S3(c pipeline.S3) pipeline.S3 { return &watchedS3{S3: c, m: m} }
+
+type watchedS3 struct {
+	pipeline.S3
+	m *Monitor
+}
+
+func (w *watchedS3) DeleteObject(ctx context.Context, in *s3.DeleteObjectInput, o ...func(*s3.Options)) (*s3.DeleteObjectOutput, error) {
+	w.m.beforeDelete(ctx, aws.ToString(in.Key), aws.ToString(in.VersionId))
+	return w.S3.DeleteObject(ctx, in, o...)
+}
+
+func (w *watchedS3) PutObject(ctx context.Context, in *s3.PutObjectInput, o ...func(*s3.Options)) (*s3.PutObjectOutput, error) {
+	key := aws.ToString(in.Key)
+	if op, ok := OpFrom(ctx); ok && (strings.HasSuffix(key, "/"+blockkey.MetaFile) || strings.HasSuffix(key, "/"+blockkey.DeletionMarkFile)) {
+		w.m.checkOp(ctx, op, "put "+key)
+	}
+	if strings.HasSuffix(key, "/"+blockkey.MetaFile) && in.Body != nil {
+		if rs, ok := in.Body.(interface {
+			Read([]byte) (int, error)
+			Seek(int64, int) (int64, error)
+		}); ok {
+			var sb strings.Builder
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := rs.Read(buf)
+				sb.Write(buf[:n])
+				if err != nil {
+					break
+				}
+			}
+			_, _ = rs.Seek(0, 0)
+			w.m.checkPublished(ctx, key, []byte(sb.String()))
+		}
+	}
+	return w.S3.PutObject(ctx, in, o...)
+}
+
+func (m *Monitor) beforeDelete(ctx context.Context, key, vid string) {
+	m.check("I4 delete names a VersionId", vid != "", "DELETE of %s without a VersionId leaves a delete marker", key)
+	if op, ok := OpFrom(ctx); ok && op.Op == messages.OpDelete {
+		m.checkOp(ctx, op, "delete "+key)
+	}
+	k, err := blockkey.Parse(key, m.layout)
+	if err != nil || vid == "" {
+		return
+	}
+	b, found, err := m.block(ctx, k.Tenant, k.Block.String())
+	if err != nil {
+		return
+	}
+	needed := found && b.Names(k.File, vid) && b.State != records.BlockDeleted && b.State != records.BlockDiscarded
+	m.check("I1 delete spares needed versions", !needed, "DELETE of %s version %s, which the %s block's record names", key, vid, b.State)
+}
+
+func (m *Monitor) checkPublished(ctx context.Context, key string, body []byte) {
+	meta, err := blockmeta.Parse(body, key)
+	if err != nil {
+		m.check("I3 published meta.json lists existing files", false, "%s: unparsable meta.json published: %v", key, err)
+		return
+	}
+	prefix := strings.TrimSuffix(key, blockkey.MetaFile)
+	var errs []error
+	if meta.Thanos != nil {
+		for _, f := range meta.Thanos.Files {
+			if f.RelPath == blockkey.MetaFile {
+				continue
+			}
+			h, err := m.rawS3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(m.bucket), Key: aws.String(prefix + f.RelPath)})
+			switch {
+			case err != nil:
+				errs = append(errs, fmt.Errorf("%s missing: %w", f.RelPath, err))
+			case f.SizeBytes != 0 && aws.ToInt64(h.ContentLength) != f.SizeBytes:
+				errs = append(errs, fmt.Errorf("%s has %d bytes, meta.json lists %d", f.RelPath, aws.ToInt64(h.ContentLength), f.SizeBytes))
+			}
+		}
+	}
+	m.check("I3 published meta.json lists existing files", len(errs) == 0, "%s published while: %v", key, errors.Join(errs...))
+}
