@@ -40,10 +40,11 @@ type Config struct {
 	// (SLUICE_LEASE_DURATION, default 20m: longer than the compact
 	// function's 15 min timeout, so a live job never loses its lease).
 	LeaseDuration time.Duration
-	// StuckAfter is how long a version may make no progress before the
-	// cleaner supersedes it (SLUICE_STUCK_AFTER, default 3h: longer than a
-	// job's 5 receives × its 90 min visibility timeout would need... capped
-	// by what operators tolerate; see docs/protocol.md).
+	// StuckAfter is how long a version may make no progress (no lease,
+	// commit or transition) before the sweep supersedes it
+	// (SLUICE_STUCK_AFTER, default 3h: longer than a job's five receives
+	// of at most 15 minutes each plus their redrives, so only a version
+	// whose jobs are truly gone — DLQ'd or never sent — is superseded).
 	StuckAfter time.Duration
 	// RedriveAfter is how long a partition may sit PENDING or with an
 	// expired lease before the sweep re-sends its job
