@@ -1,0 +1,61 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(kv ...string) func(string) string {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) string { return m[k] }
+}
+
+func TestLoadDefaults(t *testing.T) {
+	c, err := Load(env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DeletionDelay != 48*time.Hour || c.LeaseDuration != 20*time.Minute || c.DownloadParallelism != 8 ||
+		len(c.Policy.Ranges) != 2 || c.Policy.MaxPartitions != 64 || c.Layout.SingleTenant != "" {
+		t.Fatalf("defaults not applied: %+v", c)
+	}
+}
+
+func TestLoadRejects(t *testing.T) {
+	tests := []struct {
+		name string
+		env  func(string) string
+		want string
+	}{
+		{"missing bucket and table", env(), "SLUICE_BUCKET is not set; SLUICE_TABLE is not set"},
+		{"bad duration", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_DELETION_DELAY", "soon"), "SLUICE_DELETION_DELAY"},
+		{"zero duration", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_LEASE_DURATION", "0s"), "SLUICE_LEASE_DURATION"},
+		{"ranges not multiples", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_RANGES", "12h,20h"), "not a multiple"},
+		{"single tenant without tenant", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_LAYOUT", "single-tenant"), "SLUICE_TENANT"},
+		{"unknown layout", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_LAYOUT", "flat"), "SLUICE_LAYOUT"},
+		{"bad number", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_MAX_SERIES_PER_PARTITION", "many"), "whole number"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load(tc.env)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Load = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestLoadOverrides(t *testing.T) {
+	c, err := Load(env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_RANGES", "2h,8h", "SLUICE_DELETION_DELAY", "5s",
+		"SLUICE_LAYOUT", "single-tenant", "SLUICE_TENANT", "thanos", "SLUICE_PREFIX", "blocks/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Policy.Ranges[1] != 8*time.Hour || c.DeletionDelay != 5*time.Second || c.Layout.SingleTenant != "thanos" || c.Layout.Prefix != "blocks/" {
+		t.Fatalf("overrides not applied: %+v", c)
+	}
+}
