@@ -57,7 +57,7 @@ func (r *Runner) RunUntilIdle(ctx context.Context, quiet time.Duration) error {
 func (r *Runner) quietFor(quiet time.Duration) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.running && r.inflight == 0 && time.Since(r.lastWork) >= quiet
+	return r.polling && r.inflight == 0 && time.Since(r.lastWork) >= quiet
 }
 
 // queuesEmpty reports whether every source queue holds no message at all.

@@ -100,7 +100,8 @@ type Runner struct {
 	timers  []timer
 
 	mu       sync.Mutex
-	running  bool
+	running  bool // Run has been called and has not returned
+	polling  bool // Run's pollers and timers are running
 	stats    map[string]*SourceStats
 	inflight int       // batches and timer runs in progress
 	lastWork time.Time // last start or end of a batch
@@ -162,6 +163,10 @@ func (r *Runner) Run(ctx context.Context) error {
 		return err
 	}
 	defer r.stop()
+	r.mu.Lock()
+	r.polling = true
+	r.lastWork = time.Now()
+	r.mu.Unlock()
 	var wg sync.WaitGroup
 	for i := range r.sources {
 		wg.Add(1)
@@ -193,7 +198,6 @@ func (r *Runner) start(ctx context.Context) ([]queueInfo, error) {
 		return nil, errors.New("runner: Run is already running")
 	}
 	r.running = true
-	r.lastWork = time.Now()
 	r.mu.Unlock()
 	queues := make([]queueInfo, len(r.sources))
 	for i, s := range r.sources {
@@ -210,7 +214,7 @@ func (r *Runner) start(ctx context.Context) ([]queueInfo, error) {
 func (r *Runner) stop() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.running = false
+	r.running, r.polling = false, false
 }
 
 func (r *Runner) validate() error {
