@@ -468,7 +468,10 @@ func (r *run) compact(ctx context.Context) error {
 	defer logf.Close()
 	logger := slog.New(slog.NewJSONHandler(logf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	p, err := localrun.New(r.clients, r.dep, localrun.Options{
-		Logger: logger, Configure: r.configure, SweepInterval: time.Second, Owner: "demo",
+		// A sweep every 3s: deletions come at most 3s after the delay, and
+		// the runner, which counts a running sweep as work in flight, sees
+		// the quiet between sweeps that tells it the pipeline is idle.
+		Logger: logger, Configure: r.configure, SweepInterval: 3 * time.Second, Owner: "demo",
 	})
 	if err != nil {
 		return err
