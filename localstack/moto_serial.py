@@ -29,6 +29,18 @@ S3 request, so they are delivered exactly as by moto_server.
 A request body is read completely before the lock is taken, so a slow client
 cannot hold the lock while it trickles bytes in.
 
+It also patches three things in moto, each guarded (a moto whose code is not
+as expected is left alone, with a warning):
+
+  * a cancelled TransactWriteItems undoes only its own items instead of
+    restoring a deep copy of every table it named (only when serialised:
+    under the lock the undo log is exact, and much cheaper);
+  * a FIFO group whose in-flight messages expire together is redelivered in
+    order (moto delivers the last one first);
+  * moto's list of its own service modules is computed once, not on every
+    request.
+docs/platform.md lists every moto gap and what Sluice does about it.
+
 Environment:
   SLUICE_EMULATOR_PORT       port to listen on (default 4566; -p overrides)
   SLUICE_MOTO_UNSERIALISED=1 bypass the lock: ONLY to demonstrate the failure
@@ -45,7 +57,7 @@ import sys
 import threading
 import time
 
-from werkzeug.serving import WSGIRequestHandler, run_simple
+from werkzeug.serving import run_simple
 
 from moto.moto_server.werkzeug_app import (
     DomainDispatcherApplication,
@@ -184,14 +196,6 @@ class SerialisingApp:
                 break
             time.sleep(LONG_POLL_INTERVAL_S)
         return captured.replay(start_response)
-
-
-class KeepAliveHandler(WSGIRequestHandler):
-    """HTTP/1.1, so SDK clients reuse connections. moto_server answers
-    HTTP/1.0 and closes every connection, which costs a TCP handshake per
-    request and floods the host with TIME_WAIT sockets under load."""
-
-    protocol_version = "HTTP/1.1"
 
 
 def patch_fifo_redelivery_order():
@@ -375,7 +379,8 @@ def main(argv=None):
 
     if serialise and not patch_transaction_rollback():
         log.warning("could not patch moto's transaction rollback: transactions stay slow on big tables")
-    patch_module_listing()
+    if not patch_module_listing():
+        log.warning("could not cache moto's module listing")
     if not patch_fifo_redelivery_order():
         log.warning("could not patch moto's SQS receive: FIFO redeliveries may come out of order")
     dispatcher = DomainDispatcherApplication(create_backend_app)
@@ -384,10 +389,7 @@ def main(argv=None):
         "moto_serial listening on http://%s:%d (serialised=%s)",
         args.host, args.port, serialise,
     )
-    run_simple(
-        args.host, args.port, app, threaded=True, use_reloader=False,
-        request_handler=KeepAliveHandler,
-    )
+    run_simple(args.host, args.port, app, threaded=True, use_reloader=False)
 
 
 if __name__ == "__main__":
