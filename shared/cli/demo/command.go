@@ -13,7 +13,7 @@ func init() {
 	cli.Register(cli.CommandSpec{
 		Name:    "demo",
 		Summary: "run the local demo against the emulator (what 'make demo' runs)",
-		Usage:   "[--hours N] [--series N] [--seed N] [--prefix P]",
+		Usage:   "[--seed N] [--series N] [--hours N] [--name sluice-demo]",
 		AWS:     true,
 		Help: `Provisions a Sluice deployment in the local emulator (never in AWS: without
 --endpoint or AWS_ENDPOINT_URL it uses http://127.0.0.1:4566), generates two
@@ -29,7 +29,7 @@ settings are in .sluice/demo.env, the handlers' logs in .sluice/demo.log.
 'make demo' starts the emulator first; 'make down' stops it.`,
 		Setup: func(fs *flag.FlagSet) cli.RunFunc {
 			var o Options
-			fs.StringVar(&o.Prefix, "prefix-name", "sluice-demo", "resource name prefix of the demo deployment")
+			fs.StringVar(&o.Prefix, "name", "sluice-demo", "name prefix of the demo deployment's bucket, table and queues")
 			fs.IntVar(&o.Hours, "hours", 24, "hours of 2h blocks per tenant (a multiple of 2)")
 			fs.IntVar(&o.Series, "series", 200, "series per block")
 			fs.Uint64Var(&o.Seed, "seed", 0, "seed of the shuffled upload order (0: from the clock)")
