@@ -140,6 +140,10 @@ func (e *UnreachableError) Error() string {
 
 func (e *UnreachableError) Unwrap() error { return e.Err }
 
+// ProbeEndpoint checks with a short TCP dial that something listens at an
+// endpoint URL, and says which endpoint does not.
+func ProbeEndpoint(ctx context.Context, endpoint string) error { return probe(ctx, endpoint) }
+
 func probe(ctx context.Context, endpoint string) error {
 	u, err := url.Parse(endpoint)
 	if err != nil || u.Host == "" {

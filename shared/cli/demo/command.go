@@ -42,17 +42,11 @@ settings are in .sluice/demo.env, the handlers' logs in .sluice/demo.log.
 				}
 				o.Endpoint = e.Endpoint()
 				o.Out, o.Progress, o.Keep = e.Stdout, e.Stderr, true
-				if e.Endpoint() == "" {
-					o.Endpoint = "http://127.0.0.1:4566"
-				}
-				if _, err := e.Clients(ctx); err != nil && o.Endpoint == e.Endpoint() {
-					return err
-				}
 				sum, err := Run(ctx, o)
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(e.Stdout, "\nThe platform is still running at %s. Look around:\n", o.Endpoint)
+				fmt.Fprintf(e.Stdout, "\nThe platform is still running at %s. Look around:\n", sum.Endpoint)
 				fmt.Fprintf(e.Stdout, "  source %s && bin/sluice status        # or: bin/sluice --env-file %s verify\n", ".sluice/demo.env", ".sluice/demo.env")
 				fmt.Fprintf(e.Stdout, "Stop it with: make down\n")
 				if !sum.OK() {

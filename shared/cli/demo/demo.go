@@ -140,8 +140,9 @@ func (o *Options) defaults() {
 
 // Summary is what the demo showed and checked.
 type Summary struct {
-	Prefix  string          `json:"prefix"`
-	Tenants []TenantSummary `json:"tenants"`
+	Prefix   string          `json:"prefix"`
+	Endpoint string          `json:"endpoint"`
+	Tenants  []TenantSummary `json:"tenants"`
 	// Requests are the AWS requests of each phase.
 	Requests []Request `json:"requests"`
 	// Uploaded is the number of blocks uploaded; Duplicated the S3
@@ -243,8 +244,11 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if opts.Hours < 2 || opts.Hours%2 != 0 {
 		return nil, cli.Usagef("hours %d: want a positive multiple of 2", opts.Hours)
 	}
+	if err := cli.ProbeEndpoint(ctx, opts.Endpoint); err != nil {
+		return nil, err
+	}
 	r := &run{opts: opts, out: opts.Out, counter: awsenv.NewRequestCounter(), inputs: map[string][]string{},
-		sum: &Summary{Prefix: opts.Prefix, Failures: []string{}}, start: time.Now()}
+		sum: &Summary{Prefix: opts.Prefix, Endpoint: opts.Endpoint, Failures: []string{}}, start: time.Now()}
 	var err error
 	if r.clients, err = awsenv.Load(ctx, awsenv.Options{Endpoint: opts.Endpoint, Counter: r.counter}); err != nil {
 		return nil, err
