@@ -46,7 +46,11 @@ docker_answers() {
 }
 
 compose() {
-  SLUICE_EMULATOR_PORT=$port docker compose -p "sluice-$port" -f "$here/docker-compose.yml" "$@"
+  local dc=(docker compose)
+  if ! docker compose version >/dev/null 2>&1 && command -v docker-compose >/dev/null 2>&1; then
+    dc=(docker-compose)
+  fi
+  SLUICE_EMULATOR_PORT=$port "${dc[@]}" -p "sluice-$port" -f "$here/docker-compose.yml" "$@"
 }
 
 wait_until_answers() {

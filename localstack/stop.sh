@@ -64,7 +64,11 @@ stop_moto() {
 }
 
 stop_localstack() {
-  SLUICE_EMULATOR_PORT=$port docker compose -p "sluice-$port" -f "$here/docker-compose.yml" down --remove-orphans >&2
+  local dc=(docker compose)
+  if ! docker compose version >/dev/null 2>&1 && command -v docker-compose >/dev/null 2>&1; then
+    dc=(docker-compose)
+  fi
+  SLUICE_EMULATOR_PORT=$port "${dc[@]}" -p "sluice-$port" -f "$here/docker-compose.yml" down --remove-orphans >&2
   rm -f "$pidfile" "$kindfile"
   say "stopped LocalStack (docker compose project sluice-$port)"
 }
