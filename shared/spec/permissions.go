@@ -44,15 +44,18 @@ type ObjectPattern string
 
 // The files of a block (DESIGN.md §1).
 const (
-	MetaObjects          ObjectPattern = "*/meta.json"
-	IndexObjects         ObjectPattern = "*/index"
-	ChunkObjects         ObjectPattern = "*/chunks/*"
+	MetaObjects  ObjectPattern = "*/meta.json"
+	IndexObjects ObjectPattern = "*/index"
+	ChunkObjects ObjectPattern = "*/chunks/*"
+	// TombstonesObjects: a plain Prometheus block may carry one; the
+	// planner's LIST records it, compact may read it, the uploader deletes it.
+	TombstonesObjects    ObjectPattern = "*/tombstones"
 	DeletionMarkObjects  ObjectPattern = "*/deletion-mark.json"
 	NoCompactMarkObjects ObjectPattern = "*/no-compact-mark.json"
 )
 
 // BlockObjects is every file a block may have.
-var BlockObjects = []ObjectPattern{MetaObjects, IndexObjects, ChunkObjects, DeletionMarkObjects, NoCompactMarkObjects}
+var BlockObjects = []ObjectPattern{MetaObjects, IndexObjects, ChunkObjects, TombstonesObjects, DeletionMarkObjects, NoCompactMarkObjects}
 
 // S3 action sets. None is a wildcard: every action is spelled out.
 var (
