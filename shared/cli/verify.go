@@ -353,8 +353,18 @@ func verifyTenant(ctx context.Context, rep *VerifyReport, c S3Reader, cfg config
 		}
 	}
 
-	// I2: visible blocks that overlap in time must be partitions of one
-	// group version.
+	// I2: visible blocks — those a reader sees in the bucket, and the
+	// table's published LIVE blocks — that overlap in time must be
+	// partitions of one group version.
+	seen := map[string]bool{}
+	for _, v := range vis {
+		seen[v.id] = true
+	}
+	for _, b := range blocks {
+		if b.State == records.BlockLive && b.Published && !b.NoCompact && !seen[b.ID] {
+			vis = append(vis, visible{id: b.ID, key: b.Key(), minT: b.MinT, maxT: b.MaxT, producer: versionOf(b.ProducedBy)})
+		}
+	}
 	rep.VisibleBlocks += len(vis)
 	sort.Slice(vis, func(i, j int) bool {
 		if vis[i].minT != vis[j].minT {

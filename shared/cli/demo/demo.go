@@ -488,7 +488,7 @@ func (r *run) compact(ctx context.Context) error {
 	polled := make(chan struct{})
 	go func() {
 		defer close(polled)
-		tk := time.NewTicker(500 * time.Millisecond)
+		tk := time.NewTicker(time.Second)
 		defer tk.Stop()
 		for {
 			select {

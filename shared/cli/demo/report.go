@@ -134,9 +134,17 @@ func (r *run) report() {
 			lists += q.Pipeline
 		}
 	}
+	polling := 0
+	for _, q := range r.sum.Requests {
+		switch q.Operation {
+		case "SQS ReceiveMessage", "SQS DeleteMessageBatch", "SQS GetQueueAttributes", "SQS GetQueueUrl":
+			polling += q.Pipeline
+		}
+	}
 	if r.sum.Uploaded > 0 {
-		fmt.Fprintf(w, "  the pipeline made %.1f requests per uploaded block; %d S3 LIST call(s) (Sluice never lists a tenant or the bucket)\n",
-			float64(tot.Pipeline)/float64(r.sum.Uploaded), lists)
+		fmt.Fprintf(w, "  pipeline: %d requests by the handlers (%.1f per uploaded block) and %d by the event-source\n"+
+			"  polling (Lambda's, in AWS); %d S3 LIST (Sluice lists neither a tenant nor the bucket)\n",
+			tot.Pipeline-polling, float64(tot.Pipeline-polling)/float64(r.sum.Uploaded), polling, lists)
 	}
 
 	fmt.Fprintln(w)
