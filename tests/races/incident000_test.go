@@ -34,13 +34,7 @@ func newWorld000(t *testing.T, tenant string, configure func(*config.Config)) *w
 			configure(c)
 		}
 	})
-	start := day()
-	w := &world000{replay: r, g: planning.GroupKey{Level: 1, RangeStart: start.UnixMilli()}}
-	w.blocks = r.generate(blockgen.Options{Start: start, Blocks: 6, Series: 40, Seed: 1})
-	// The late block repeats the samples of the 4h–6h block's 40 series and
-	// adds 8 series of its own: it only counts if version 2 compacts it.
-	w.late = r.generate(blockgen.Options{Start: start.Add(4 * time.Hour), Blocks: 1, Series: 48, Seed: 1})[0]
-	return w
+	return &world000{replay: r, g: planning.GroupKey{Level: 1, RangeStart: day().UnixMilli()}, blocks: corpus.v1, late: corpus.late}
 }
 
 // planV1 uploads the six blocks and lets the planner create version 1;
@@ -177,7 +171,7 @@ func inBlocks(t *testing.T, l labels.Labels, bs []blockgen.Block) bool {
 // 2's partition 0 is version 2's own.
 func TestIncident000StaleJobOfCleanedVersion(t *testing.T) {
 	t.Parallel()
-	w := newWorld000(t, "t000", nil)
+	w := newWorld000(t, "tenant", nil)
 	// 1. compactor x: version 1 with 8 partitions.
 	v1 := w.planV1()
 	stale := w.actor("compactor-1", nil)
@@ -233,7 +227,7 @@ func TestIncident000StaleJobOfCleanedVersion(t *testing.T) {
 // version = 1 AND PLANNED, so it starts nothing and writes nothing.
 func TestIncident000StaleJobBeforeLease(t *testing.T) {
 	t.Parallel()
-	w := newWorld000(t, "t000b", nil)
+	w := newWorld000(t, "tenant", nil)
 	v1 := w.planV1()
 	dup := w.mb.Peek(isJob(1, 0))[0] // the redelivery compactor 1 holds
 	stale := w.actor("compactor-1", nil)
@@ -266,7 +260,7 @@ func TestIncident000StaleJobBeforeLease(t *testing.T) {
 // sources is lost: they were released, not retired.
 func TestIncident000StaleJobOfSupersededVersion(t *testing.T) {
 	t.Parallel()
-	w := newWorld000(t, "t000c", nil)
+	w := newWorld000(t, "tenant", nil)
 	w.planV1()
 	stale := w.actor("compactor-1", nil)
 	job0 := w.takeOne(isJob(1, 0))
@@ -322,7 +316,7 @@ func TestIncident000StaleJobOfSupersededVersion(t *testing.T) {
 // block claimed twice.
 func TestIncident000ConcurrentPlannersOfVersion2(t *testing.T) {
 	t.Parallel()
-	w := newWorld000(t, "t000d", nil)
+	w := newWorld000(t, "tenant", nil)
 	w.planV1()
 	w.runJobs(1)
 	w.wantState(w.g, 1, records.GroupRetired)

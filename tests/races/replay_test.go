@@ -321,16 +321,6 @@ func (r *replay) readable(when string) testworld.Readable {
 	return res
 }
 
-// generate writes blocks for the replay's tenant.
-func (r *replay) generate(o blockgen.Options) []blockgen.Block {
-	o.Tenant = r.tenant
-	o.ThanosFiles = true
-	if o.SamplesPerSeries == 0 {
-		o.SamplesPerSeries = 24
-	}
-	return r.w.Generate(o)
-}
-
 func (r *replay) upload(blocks ...blockgen.Block) {
 	for _, b := range blocks {
 		r.w.Upload(r.ctx, r.tenant, b.Dir)
