@@ -167,6 +167,19 @@ func TestUploadCommand(t *testing.T) {
 		}
 	})
 
+	t.Run("--force uploads again, as a new version", func(t *testing.T) {
+		r := w.run("upload", "--quiet", "--force", "--tenant", "team-a", dirs[0])
+		r.wantCode(t, 0)
+		if !strings.Contains(r.stdout, "uploaded 1 block(s)") {
+			t.Errorf("forced upload: %q", r.stdout)
+		}
+		lb, _ := CheckBlockDir(dirs[0])
+		vs, err := ListVersions(context.Background(), w.env.Clients.S3, w.env.Deployment.Bucket, "team-a/"+lb.Meta.ULID.String()+"/meta.json")
+		if err != nil || len(vs) != 2 {
+			t.Errorf("%d versions of meta.json, want 2 (%v)", len(vs), err)
+		}
+	})
+
 	t.Run("refuses a directory that is not a block and uploads nothing", func(t *testing.T) {
 		notBlock := t.TempDir()
 		r := w.run("upload", "--tenant", "team-b", dirs[0], notBlock)
