@@ -36,7 +36,7 @@ func (st *Store) RegisterBlock(ctx context.Context, b Block, ranges []planning.G
 	items = append(items, types.TransactWriteItem{Put: &types.Put{
 		Item: map[string]types.AttributeValue{"PK": s(tenantsPK), "SK": s(b.Tenant), "tenant": s(b.Tenant)},
 	}})
-	return st.transact(ctx, "register "+b.Key(), token("register", b.Key(), b.MetaVersionID), items)
+	return st.transact(ctx, "register "+b.Key(), items)
 }
 
 func memberPut(b Block, g planning.GroupKey) types.TransactWriteItem {
@@ -175,7 +175,6 @@ func (st *Store) Claim(ctx context.Context, ref string, srcs []Block, now time.T
 	for start := 0; start < len(srcs); start += maxTransactItems {
 		batch := srcs[start:min(start+maxTransactItems, len(srcs))]
 		items := make([]types.TransactWriteItem, 0, len(batch))
-		ids := []string{"claim", ref}
 		for _, b := range batch {
 			items = append(items, types.TransactWriteItem{Update: blockUpdate(b,
 				"#st = :live AND #gen = :gen AND published = :t AND attribute_not_exists(claimedBy)",
@@ -185,9 +184,8 @@ func (st *Store) Claim(ctx context.Context, ref string, srcs []Block, now time.T
 					":t": &types.AttributeValueMemberBOOL{Value: true}, ":ref": s(ref), ":one": n(1),
 					":now": n(now.UnixMilli()),
 				})})
-			ids = append(ids, b.ID)
 		}
-		if err := st.transact(ctx, "claim sources for "+ref, token(ids...), items); err != nil {
+		if err := st.transact(ctx, "claim sources for "+ref, items); err != nil {
 			return err
 		}
 	}
@@ -259,7 +257,7 @@ func (st *Store) Retire(ctx context.Context, ref string, b Block, retireAt, now 
 			})},
 		{Put: &types.Put{Item: agendaItem(AgendaDelete, retireAt, b.Tenant, b.ID)}},
 	}
-	return b.Gen + 1, st.transact(ctx, "retire "+b.Key()+" for "+ref, token("retire", ref, b.ID), items)
+	return b.Gen + 1, st.transact(ctx, "retire "+b.Key()+" for "+ref, items)
 }
 
 // RecordMark records the deletion-mark.json version the uploader wrote for
@@ -291,5 +289,5 @@ func (st *Store) StartDelete(ctx context.Context, b Block, ranges []planning.Gro
 	for _, g := range ranges {
 		items = append(items, types.TransactWriteItem{Delete: &types.Delete{Key: key(tenantPK(b.Tenant), memberSK(g, b.ID))}})
 	}
-	return b.Gen + 1, st.transact(ctx, "delete "+b.Key(), token("delete", b.Key(), fmt.Sprint(b.Gen)), items)
+	return b.Gen + 1, st.transact(ctx, "delete "+b.Key(), items)
 }

@@ -89,7 +89,7 @@ func (st *Store) CreateVersion(ctx context.Context, prev, next Group, now time.T
 	items = append(items, types.TransactWriteItem{Put: &types.Put{
 		Item: agendaItem(AgendaActive, time.UnixMilli(0), next.Tenant, activeSubject(next.Key)),
 	}})
-	return st.transact(ctx, "create "+next.Ref(), token("create", next.Ref()), items)
+	return st.transact(ctx, "create "+next.Ref(), items)
 }
 
 // groupCond is the condition every version transition names: this version,
@@ -117,7 +117,7 @@ func (st *Store) SetGroupState(ctx context.Context, g Group, from, to GroupState
 	u := groupUpdate(g, from, "SET #st = :to, updatedAt = :now", map[string]types.AttributeValue{
 		":to": s(string(to)), ":now": n(now.UnixMilli()),
 	})
-	return st.transact(ctx, fmt.Sprintf("%s %s→%s", g.Ref(), from, to), "", []types.TransactWriteItem{{Update: u}})
+	return st.transact(ctx, fmt.Sprintf("%s %s→%s", g.Ref(), from, to), []types.TransactWriteItem{{Update: u}})
 }
 
 // Complete completes version g.Version: the head PLANNED → COMPLETE and a
@@ -137,7 +137,7 @@ func (st *Store) Complete(ctx context.Context, g Group, now time.Time) error {
 			ExpressionAttributeValues: map[string]types.AttributeValue{":done": s(string(PartitionDone))},
 		}})
 	}
-	return st.transact(ctx, "complete "+g.Ref(), token("complete", g.Ref()), items)
+	return st.transact(ctx, "complete "+g.Ref(), items)
 }
 
 // FinishVersion takes a final version (RETIRED or SUPERSEDED, cleanup done)
@@ -155,5 +155,5 @@ func (st *Store) FinishVersion(ctx context.Context, g Group, orphansAt time.Time
 		{Delete: &types.Delete{Key: key(agendaPK, agendaSK(AgendaActive, time.UnixMilli(0), g.Tenant, activeSubject(g.Key)))}},
 		{Put: &types.Put{Item: agendaItem(AgendaOrphans, orphansAt, g.Tenant, fmt.Sprintf("%s@v%d", g.Key, g.Version))}},
 	}
-	return st.transact(ctx, "finish "+g.Ref(), token("finish", g.Ref()), items)
+	return st.transact(ctx, "finish "+g.Ref(), items)
 }

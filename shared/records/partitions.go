@@ -63,7 +63,7 @@ func (st *Store) Lease(ctx context.Context, tenant string, g planning.GroupKey, 
 		}},
 	}
 	ref := fmt.Sprintf("%s/p%d", VersionRef(tenant, g, v), p)
-	if err := st.transact(ctx, "lease "+ref, token("lease", ref, owner), items); err != nil {
+	if err := st.transact(ctx, "lease "+ref, items); err != nil {
 		return 0, err
 	}
 	var part Partition
@@ -121,5 +121,5 @@ func (st *Store) Commit(ctx context.Context, tenant string, g planning.GroupKey,
 			items = append(items, memberPut(*output, r))
 		}
 	}
-	return st.transact(ctx, "commit "+ref, token("commit", ref, owner), items)
+	return st.transact(ctx, "commit "+ref, items)
 }

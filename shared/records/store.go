@@ -2,13 +2,12 @@ package records
 
 import (
 	"context"
-	"crypto/sha256"
+	crand "crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -98,11 +97,17 @@ func n(v int64) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: fmt.Sprint(v)}
 }
 
-// token derives a ClientRequestToken from what makes a write unique, so a
-// retried request is recognised by DynamoDB as the same write.
-func token(parts ...string) string {
-	h := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
-	return hex.EncodeToString(h[:18])
+// newToken returns a fresh ClientRequestToken. One token is used per
+// attempt: the SDK's own retries of that attempt (timeouts, 5xx) resend it,
+// so DynamoDB applies a retried write once; a new attempt after a conflict
+// gets a new token. A token derived from the write's identity would be
+// wrong: two actors making the same transition with different values
+// (timestamps) would get IdempotentParameterMismatch instead of a lost
+// condition.
+func newToken() string {
+	var b [18]byte
+	_, _ = crand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // marshalItem marshals v and adds its key.
@@ -180,15 +185,12 @@ func transactKey(it types.TransactWriteItem) map[string]types.AttributeValue {
 // transact runs one transaction, retrying conflicts and throttling with
 // jittered backoff; a failed condition is returned at once as
 // *ConditionLostError.
-func (st *Store) transact(ctx context.Context, op, tok string, items []types.TransactWriteItem) error {
+func (st *Store) transact(ctx context.Context, op string, items []types.TransactWriteItem) error {
 	for i := range items {
 		setTable(&items[i], st.table)
 	}
-	in := &dynamodb.TransactWriteItemsInput{TransactItems: items}
-	if tok != "" {
-		in.ClientRequestToken = aws.String(tok)
-	}
 	return st.retry(ctx, op, func() error {
+		in := &dynamodb.TransactWriteItemsInput{TransactItems: items, ClientRequestToken: aws.String(newToken())}
 		_, err := st.db.TransactWriteItems(ctx, in)
 		if err != nil && !retryable(err) {
 			return classify(op, err, items)
