@@ -37,16 +37,17 @@ func (s *Sluice) addAlarms(r spec.Resources) {
 			TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
 		})
 		dlq.AddAlarmAction(action)
-		age := ageAlarm(s, r, q, s.Queues[q.ID])
+		age := s.ageAlarm(r, q, s.Queues[q.ID])
 		age.AddAlarmAction(action)
 	}
 }
 
-func ageAlarm(s *Sluice, r spec.Resources, q spec.Queue, queue awssqs.Queue) awscloudwatch.Alarm {
+// ageAlarm fires when queue's oldest message is older than q.AgeAlarm().
+func (s *Sluice) ageAlarm(r spec.Resources, q spec.Queue, queue awssqs.Queue) awscloudwatch.Alarm {
 	limit := q.AgeAlarm()
 	return awscloudwatch.NewAlarm(s.Stack, jsii.String(queueConstructID(q.ID)+"OldestMessage"), &awscloudwatch.AlarmProps{
 		AlarmName:        jsii.String(r.QueueName(q) + "-oldest-message"),
-		AlarmDescription: jsii.String(fmt.Sprintf("Sluice: a message of %s is older than %v (backlog or repeated failures)", q.ID, limit)),
+		AlarmDescription: jsii.String(fmt.Sprintf("Sluice: a message of %s is older than %d minutes (backlog or repeated failures)", q.ID, int(limit.Minutes()))),
 		Metric: queue.MetricApproximateAgeOfOldestMessage(&awscloudwatch.MetricOptions{
 			Statistic: jsii.String("Maximum"),
 			Period:    awscdk.Duration_Minutes(jsii.Number(5)),
