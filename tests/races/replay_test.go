@@ -264,6 +264,13 @@ func (r *replay) sweep(a *actor) {
 	}
 }
 
+// goSweep runs the cleaner's sweep as a in the background.
+func (r *replay) goSweep(a *actor) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- pipeline.Cleaner{Deps: a.deps}.Sweep(r.ctx) }()
+	return done
+}
+
 // finish lets every delay pass (deletion, second orphan sweeps) and runs
 // the pipeline until the tenant is quiescent with nothing due, then checks
 // I1–I4 at quiescence, the reader's view, and the online checks (I5).
