@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -149,6 +150,9 @@ func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []
 		dir := filepath.Join(scratch, "src", b.ID)
 		objs := make([]blockstore.Object, 0, len(b.Files))
 		for _, f := range b.Files {
+			if !tsdbFile(f.RelPath) {
+				continue // another writer's file (e.g. index.cache.json): not block data
+			}
 			objs = append(objs, blockstore.Object{Key: k.Object(f.RelPath), VersionID: f.VersionID, Size: f.Size, RelPath: f.RelPath})
 		}
 		if err := blockstore.Download(ctx, c.S3, c.Config.Bucket, objs, dir, c.Config.DownloadParallelism); err != nil {
@@ -226,4 +230,9 @@ func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []
 func groupID(g records.Group) uint32 {
 	id := outputULID(g, 0)
 	return uint32(id[10])<<24 | uint32(id[11])<<16 | uint32(id[12])<<8 | uint32(id[13])
+}
+
+// tsdbFile reports the files a TSDB block is read from.
+func tsdbFile(rel string) bool {
+	return rel == blockkey.IndexFile || rel == blockkey.TombstonesFile || strings.HasPrefix(rel, blockkey.ChunksDir+"/")
 }

@@ -54,6 +54,12 @@ const (
 	NoCompactMarkObjects ObjectPattern = "*/no-compact-mark.json"
 )
 
+// AnyBlockObject is every object under a block's prefix, including files
+// other writers leave there (an old Thanos index.cache.json): the
+// uploader deletes a retired block's recorded versions whatever their
+// names, and stray versions no record names.
+const AnyBlockObject ObjectPattern = "*/*"
+
 // BlockObjects is every file a block may have.
 var BlockObjects = []ObjectPattern{MetaObjects, IndexObjects, ChunkObjects, TombstonesObjects, DeletionMarkObjects, NoCompactMarkObjects}
 
@@ -163,7 +169,7 @@ func (r Resources) Permissions(id FunctionID) Permissions {
 			S3: []S3Grant{
 				{Actions: S3Read, Objects: published},
 				{Actions: S3Write, Objects: published},
-				{Actions: S3Delete, Objects: BlockObjects},
+				{Actions: S3Delete, Objects: []ObjectPattern{AnyBlockObject}},
 			},
 			S3List:   S3ListKeys,
 			DynamoDB: cat(DynamoRead, []string{"dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"}),
