@@ -45,19 +45,6 @@ func (w *world003) plan() records.Group {
 	return h
 }
 
-// runAndHold delivers the jobs of the given partitions of v to main,
-// holding every cleaner note back.
-func (w *world003) run(v int64, parts ...int) {
-	w.t.Helper()
-	for _, p := range parts {
-		for _, m := range w.mb.Take(isJob(v, p)) {
-			if err := w.deliver(w.main, m); err != nil {
-				w.t.Fatal(err)
-			}
-		}
-	}
-}
-
 func isNote(m testworld.Mail) bool { _, ok := m.Msg.(messages.CleanerNote); return ok }
 
 // note is a cleaner notification for the group.

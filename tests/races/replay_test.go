@@ -264,6 +264,19 @@ func (r *replay) sweep(a *actor) {
 	}
 }
 
+// run delivers, to main, the jobs of the given partitions of version v
+// that wait in the mailbox; what they send stays there.
+func (r *replay) run(v int64, parts ...int) {
+	r.t.Helper()
+	for _, p := range parts {
+		for _, m := range r.mb.Take(isJob(v, p)) {
+			if err := r.deliver(r.main, m); err != nil {
+				r.t.Fatal(err)
+			}
+		}
+	}
+}
+
 // goSweep runs the cleaner's sweep as a in the background.
 func (r *replay) goSweep(a *actor) <-chan error {
 	done := make(chan error, 1)
