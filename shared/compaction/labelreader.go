@@ -5,8 +5,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"path/filepath"
+	"slices"
 	"strings"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/prometheus/prometheus/model/labels"
@@ -18,14 +21,14 @@ import (
 	"github.com/prometheus/prometheus/tsdb/index"
 )
 
-// The partition filter reads the labels of every series of every source,
-// once per partition job. index.Reader resolves a label value by walking up
-// to 31 entries of the symbol table from the nearest sampled offset, which
-// makes that pass several times slower than it needs to be. seriesLabels
-// decodes the same series entries (CRC-checked, with the library's
-// index.Decoder) against the whole symbol table held as a slice, so each
-// lookup is an index operation. It applies to index format v2 files opened
-// from a directory; anything else uses IndexReader.Series.
+// The partition filter reads every series entry of every source, once per
+// partition job. index.Reader resolves a label value by walking up to 31
+// entries of the symbol table from the nearest sampled offset, which made
+// that pass several times slower than the compaction itself. fastLabels
+// maps the same index file, records the offset of every symbol (4 bytes
+// each), and decodes series entries (CRC-checked) with direct lookups. It
+// applies to index format v2 files opened from a directory; anything else
+// goes through IndexReader.Series (slowLabels).
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -34,59 +37,43 @@ const (
 	seriesByteAlign = 16
 )
 
+// labelReader serves one source block's series labels to the populator.
 type labelReader interface {
 	// filter returns the refs of p whose series hash into partition part
-	// of n and, when collect is set, adds their symbols to symbols.
-	filter(ctx context.Context, p index.Postings, part, n uint64, symbols map[string]struct{}) ([]storage.SeriesRef, error)
-	// IndexReader returns ir with Series served by this reader.
+	// of n (all of them when n == 1) and, when collect is set, remembers
+	// the symbols they use for usedSymbols.
+	filter(ctx context.Context, p index.Postings, part, n uint64, collect bool) ([]storage.SeriesRef, error)
+	// usedSymbols iterates, sorted, the symbols filter collected. The
+	// strings alias the index: valid until Close.
+	usedSymbols() index.StringIter
+	// IndexReader returns the block's IndexReader with Series served by
+	// this reader.
 	IndexReader() tsdb.IndexReader
 	Close() error
 }
 
-type slowLabels struct{ ir tsdb.IndexReader }
-
-func (s slowLabels) filter(ctx context.Context, p index.Postings, part, n uint64, symbols map[string]struct{}) ([]storage.SeriesRef, error) {
-	var (
-		kept    []storage.SeriesRef
-		builder labels.ScratchBuilder
-		lset    labels.Labels
-		count   int
-	)
-	for p.Next() {
-		if count++; count%4096 == 0 {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-		}
-		ref := p.At()
-		if err := s.ir.Series(ref, &builder, nil); err != nil {
-			return nil, fmt.Errorf("read series %d: %w", ref, err)
-		}
-		builder.Overwrite(&lset)
-		if n > 1 && labels.StableHash(lset)%n != part {
-			continue
-		}
-		kept = append(kept, ref)
-		if symbols != nil {
-			// lset aliases builder memory that the next series overwrites:
-			// clone what goes into the map.
-			lset.Range(func(l labels.Label) {
-				if _, ok := symbols[l.Name]; !ok {
-					symbols[strings.Clone(l.Name)] = struct{}{}
-				}
-				if _, ok := symbols[l.Value]; !ok {
-					symbols[strings.Clone(l.Value)] = struct{}{}
-				}
-			})
-		}
+// newLabelReader returns the fast reader for a block directory's v2 index,
+// or one over the IndexReader when that does not apply.
+func newLabelReader(b tsdb.BlockReader, ir tsdb.IndexReader) (labelReader, error) {
+	d, ok := b.(interface{ Dir() string })
+	if !ok || !fastPathSafe {
+		return &slowLabels{ir: ir}, nil
 	}
-	if err := p.Err(); err != nil {
-		return nil, fmt.Errorf("iterate postings: %w", err)
+	mf, err := fileutil.OpenMmapFile(filepath.Join(d.Dir(), "index"))
+	if err != nil {
+		return nil, fmt.Errorf("mmap index: %w", err)
 	}
-	return kept, nil
+	r, err := newFastLabels(ir, mf.Bytes())
+	if err != nil || r == nil {
+		_ = mf.Close()
+		if err != nil {
+			return nil, err
+		}
+		return &slowLabels{ir: ir}, nil
+	}
+	r.mf = mf
+	return r, nil
 }
-func (s slowLabels) IndexReader() tsdb.IndexReader { return s.ir }
-func (slowLabels) Close() error                    { return nil }
 
 type byteSlice []byte
 
@@ -97,59 +84,71 @@ type fastLabels struct {
 	ir   tsdb.IndexReader
 	mf   *fileutil.MmapFile
 	b    byteSlice
-	syms []string
+	offs []uint32 // offset in b of symbol i (its uvarint length)
+	used []uint64 // bitset over symbols, when collecting
 	dec  index.Decoder
 }
 
-// newLabelReader returns the fast reader for a block directory's v2 index,
-// or the IndexReader itself when that does not apply. The symbol strings
-// alias ir's memory: the reader must not outlive ir.
-func newLabelReader(b tsdb.BlockReader, ir tsdb.IndexReader) (labelReader, error) {
-	d, ok := b.(interface{ Dir() string })
-	if !ok {
-		return slowLabels{ir}, nil
+// newFastLabels returns nil, nil when b is not a v2 index it can serve.
+func newFastLabels(ir tsdb.IndexReader, b []byte) (*fastLabels, error) {
+	if len(b) < 5 || binary.BigEndian.Uint32(b) != indexMagic || b[4] != index.FormatV2 {
+		return nil, nil
 	}
-	mf, err := fileutil.OpenMmapFile(filepath.Join(d.Dir(), "index"))
+	toc, err := index.NewTOCFromByteSlice(byteSlice(b))
 	if err != nil {
-		return nil, fmt.Errorf("mmap index: %w", err)
+		return nil, fmt.Errorf("read index TOC: %w", err)
 	}
-	bs := mf.Bytes()
-	if len(bs) < 5 || binary.BigEndian.Uint32(bs) != indexMagic || bs[4] != index.FormatV2 {
-		_ = mf.Close()
-		return slowLabels{ir}, nil
+	if toc.Series > math.MaxUint32 {
+		return nil, nil // symbol offsets would not fit 32 bits
 	}
-	r := &fastLabels{ir: ir, mf: mf, b: bs}
-	it := ir.Symbols()
-	for it.Next() {
-		r.syms = append(r.syms, it.At())
+	d := encoding.NewDecbufAt(byteSlice(b), int(toc.Symbols), castagnoli)
+	origLen := d.Len()
+	cnt := d.Be32int()
+	r := &fastLabels{ir: ir, b: b, offs: make([]uint32, 0, max(cnt, 0))}
+	base := int(toc.Symbols) + 4
+	for d.Err() == nil && len(r.offs) < cnt {
+		r.offs = append(r.offs, uint32(base+origLen-d.Len()))
+		d.UvarintBytes()
 	}
-	if err := it.Err(); err != nil {
-		_ = mf.Close()
-		return nil, fmt.Errorf("read symbols: %w", err)
+	if d.Err() != nil {
+		return nil, fmt.Errorf("read symbol table: %w", d.Err())
 	}
 	r.dec.LookupSymbol = func(_ context.Context, o uint32) (string, error) {
-		if int(o) >= len(r.syms) {
-			return "", fmt.Errorf("unknown symbol %d", o)
+		s, err := r.symbol(o)
+		if err != nil {
+			return "", err
 		}
-		return r.syms[o], nil
+		return unsafe.String(unsafe.SliceData(s), len(s)), nil
 	}
 	return r, nil
 }
 
+// symbol returns the bytes of symbol o, aliasing the index.
+func (r *fastLabels) symbol(o uint32) ([]byte, error) {
+	if int(o) >= len(r.offs) {
+		return nil, fmt.Errorf("unknown symbol %d", o)
+	}
+	off := int(r.offs[o])
+	n, k := binary.Uvarint(r.b[off:])
+	if k <= 0 || off+k+int(n) > len(r.b) {
+		return nil, fmt.Errorf("symbol %d: bad length", o)
+	}
+	return r.b[off+k : off+k+int(n)], nil
+}
+
 // filter decodes only the symbol references of each series entry (after
-// its CRC check), hashes name/value pairs exactly as labels.StableHash does
-// (xxhash64 over name, 0xff, value, 0xff, ...; TestStableHashCompatible
-// holds it to that) and marks used symbols in a bitmap.
-func (r *fastLabels) filter(ctx context.Context, p index.Postings, part, n uint64, symbols map[string]struct{}) ([]storage.SeriesRef, error) {
+// its CRC check) and hashes the name/value bytes exactly as
+// labels.StableHash does: xxhash64 over name, 0xff, value, 0xff, ...
+// (TestStableHashCompatible holds it to that).
+func (r *fastLabels) filter(ctx context.Context, p index.Postings, part, n uint64, collect bool) ([]storage.SeriesRef, error) {
 	var (
 		kept  []storage.SeriesRef
 		buf   []byte
 		refs  []uint32
-		used  []bool
 		count int
 	)
-	if symbols != nil {
-		used = make([]bool, len(r.syms))
+	if collect && r.used == nil {
+		r.used = make([]uint64, (len(r.offs)+63)/64)
 	}
 	for p.Next() {
 		if count++; count%4096 == 0 {
@@ -171,15 +170,14 @@ func (r *fastLabels) filter(ctx context.Context, p index.Postings, part, n uint6
 		if err := d.Err(); err != nil {
 			return nil, fmt.Errorf("read series %d: %w", ref, err)
 		}
-		for _, o := range refs {
-			if int(o) >= len(r.syms) {
-				return nil, fmt.Errorf("read series %d: unknown symbol %d", ref, o)
-			}
-		}
 		if n > 1 {
 			buf = buf[:0]
 			for _, o := range refs {
-				buf = append(buf, r.syms[o]...)
+				s, err := r.symbol(o)
+				if err != nil {
+					return nil, fmt.Errorf("read series %d: %w", ref, err)
+				}
+				buf = append(buf, s...)
 				buf = append(buf, '\xff')
 			}
 			if xxhash.Sum64(buf)%n != part {
@@ -187,23 +185,56 @@ func (r *fastLabels) filter(ctx context.Context, p index.Postings, part, n uint6
 			}
 		}
 		kept = append(kept, ref)
-		if used != nil {
+		if collect {
 			for _, o := range refs {
-				used[o] = true
+				if int(o) >= len(r.offs) {
+					return nil, fmt.Errorf("read series %d: unknown symbol %d", ref, o)
+				}
+				r.used[o/64] |= 1 << (o % 64)
 			}
 		}
 	}
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("iterate postings: %w", err)
 	}
-	for o, u := range used {
-		if u {
-			if _, ok := symbols[r.syms[o]]; !ok {
-				symbols[strings.Clone(r.syms[o])] = struct{}{}
-			}
+	return kept, nil
+}
+
+// usedSymbols walks the block reader's own symbol iterator alongside the
+// bitset, so the strings handed to the index writer alias the block's
+// mapping (open until the block is closed, after the writer is), exactly
+// like the symbols tsdb.DefaultBlockPopulator passes.
+func (r *fastLabels) usedSymbols() index.StringIter {
+	return &bitsetIter{r: r, lib: r.ir.Symbols(), i: -1}
+}
+
+// bitsetIter yields the symbols whose bit is set, in table (sorted) order.
+type bitsetIter struct {
+	r   *fastLabels
+	lib index.StringIter
+	i   int
+	err error
+}
+
+func (it *bitsetIter) Next() bool {
+	for it.lib.Next() {
+		it.i++
+		if it.i >= len(it.r.offs) {
+			it.err = fmt.Errorf("index lists more than %d symbols", len(it.r.offs))
+			return false
+		}
+		if it.r.used != nil && it.r.used[it.i/64]&(1<<(it.i%64)) != 0 {
+			return true
 		}
 	}
-	return kept, nil
+	return false
+}
+func (it *bitsetIter) At() string { return it.lib.At() }
+func (it *bitsetIter) Err() error {
+	if it.err != nil {
+		return it.err
+	}
+	return it.lib.Err()
 }
 
 func (r *fastLabels) series(ref storage.SeriesRef, b *labels.ScratchBuilder, chks *[]chunks.Meta) error {
@@ -222,11 +253,17 @@ func (r *fastLabels) series(ref storage.SeriesRef, b *labels.ScratchBuilder, chk
 	return nil
 }
 
-// IndexReader returns the block's IndexReader with Series decoded by r.
 func (r *fastLabels) IndexReader() tsdb.IndexReader { return fastIndexReader{r.ir, r} }
 
-// fastIndexReader is an IndexReader whose Series uses the in-memory symbol
-// table; everything else is the block's own reader.
+func (r *fastLabels) Close() error {
+	if r.mf == nil {
+		return nil
+	}
+	return r.mf.Close()
+}
+
+// fastIndexReader is an IndexReader whose Series decodes with direct symbol
+// lookups; everything else is the block's own reader.
 type fastIndexReader struct {
 	tsdb.IndexReader
 	fl *fastLabels
@@ -236,4 +273,64 @@ func (f fastIndexReader) Series(ref storage.SeriesRef, b *labels.ScratchBuilder,
 	return f.fl.series(ref, b, chks)
 }
 
-func (r *fastLabels) Close() error { return r.mf.Close() }
+// slowLabels serves blocks fastLabels cannot: through IndexReader.Series.
+type slowLabels struct {
+	ir      tsdb.IndexReader
+	symbols map[string]struct{}
+}
+
+func (s *slowLabels) filter(ctx context.Context, p index.Postings, part, n uint64, collect bool) ([]storage.SeriesRef, error) {
+	var (
+		kept    []storage.SeriesRef
+		builder labels.ScratchBuilder
+		lset    labels.Labels
+		count   int
+	)
+	if collect && s.symbols == nil {
+		s.symbols = map[string]struct{}{}
+	}
+	for p.Next() {
+		if count++; count%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+		ref := p.At()
+		if err := s.ir.Series(ref, &builder, nil); err != nil {
+			return nil, fmt.Errorf("read series %d: %w", ref, err)
+		}
+		builder.Overwrite(&lset)
+		if n > 1 && labels.StableHash(lset)%n != part {
+			continue
+		}
+		kept = append(kept, ref)
+		if collect {
+			// lset aliases builder memory that the next series
+			// overwrites: clone what goes into the map.
+			lset.Range(func(l labels.Label) {
+				if _, ok := s.symbols[l.Name]; !ok {
+					s.symbols[strings.Clone(l.Name)] = struct{}{}
+				}
+				if _, ok := s.symbols[l.Value]; !ok {
+					s.symbols[strings.Clone(l.Value)] = struct{}{}
+				}
+			})
+		}
+	}
+	if err := p.Err(); err != nil {
+		return nil, fmt.Errorf("iterate postings: %w", err)
+	}
+	return kept, nil
+}
+
+func (s *slowLabels) usedSymbols() index.StringIter {
+	syms := make([]string, 0, len(s.symbols))
+	for k := range s.symbols {
+		syms = append(syms, k)
+	}
+	slices.Sort(syms)
+	return index.NewStringListIter(syms)
+}
+
+func (s *slowLabels) IndexReader() tsdb.IndexReader { return s.ir }
+func (*slowLabels) Close() error                     { return nil }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb"
@@ -67,9 +66,8 @@ func (p PartitionPopulator) PopulateBlock(ctx context.Context, metrics *tsdb.Com
 	}()
 
 	var (
-		sets    []storage.ChunkSeriesSet
-		allSyms index.StringIter
-		symSet  = map[string]struct{}{}
+		sets []storage.ChunkSeriesSet
+		syms index.StringIter
 	)
 	for i, b := range blocks {
 		if err := ctx.Err(); err != nil {
@@ -91,56 +89,47 @@ func (p PartitionPopulator) PopulateBlock(ctx context.Context, metrics *tsdb.Com
 			return fmt.Errorf("source block %s: open tombstones: %w", id, err)
 		}
 		closers = append(closers, tombsr)
-
 		lr, err := newLabelReader(b, indexr)
 		if err != nil {
 			return fmt.Errorf("source block %s: %w", id, err)
 		}
 		closers = append(closers, lr)
+
 		postings := postingsFunc(ctx, indexr)
 		if n > 1 || !p.KeepAllSymbols {
-			var collect map[string]struct{}
-			if !p.KeepAllSymbols {
-				collect = symSet
-			}
-			kept, err := lr.filter(ctx, postings, uint64(p.Partition), uint64(n), collect)
+			kept, err := lr.filter(ctx, postings, uint64(p.Partition), uint64(n), !p.KeepAllSymbols)
 			if err != nil {
 				return fmt.Errorf("source block %s: %w", id, err)
 			}
-			postings = index.NewListPostings(kept)
+			if n > 1 {
+				postings = index.NewListPostings(kept)
+			} else {
+				// The pass only collected symbols: read the
+				// postings again rather than hold every ref.
+				postings = postingsFunc(ctx, indexr)
+			}
 		}
 		// Blocks are half-open [min, max): exclude samples at meta.MaxTime.
 		sets = append(sets, tsdb.NewBlockChunkSeriesSet(id, lr.IndexReader(), chunkr, tombsr, postings, meta.MinTime, meta.MaxTime-1, false))
+		bs := lr.usedSymbols()
 		if p.KeepAllSymbols {
-			if i == 0 {
-				allSyms = indexr.Symbols()
-			} else {
-				allSyms = tsdb.NewMergedStringIter(allSyms, indexr.Symbols())
-			}
+			bs = indexr.Symbols()
+		}
+		if i == 0 {
+			syms = bs
+		} else {
+			syms = tsdb.NewMergedStringIter(syms, bs)
 		}
 	}
 
-	if p.KeepAllSymbols {
-		for allSyms.Next() {
-			if err := indexw.AddSymbol(allSyms.At()); err != nil {
-				return fmt.Errorf("add symbol: %w", err)
-			}
+	// Sorted and deduplicated across sources by the merge.
+	for syms.Next() {
+		if err := indexw.AddSymbol(syms.At()); err != nil {
+			return fmt.Errorf("add symbol: %w", err)
 		}
-		if err := allSyms.Err(); err != nil {
-			return fmt.Errorf("read symbols: %w", err)
-		}
-	} else {
-		syms := make([]string, 0, len(symSet))
-		for s := range symSet {
-			syms = append(syms, s)
-		}
-		slices.Sort(syms)
-		for _, s := range syms {
-			if err := indexw.AddSymbol(s); err != nil {
-				return fmt.Errorf("add symbol: %w", err)
-			}
-		}
-		symSet = nil
+	}
+	if err := syms.Err(); err != nil {
+		return fmt.Errorf("read symbols: %w", err)
 	}
 
 	set := sets[0]
