@@ -333,4 +333,4 @@ func (s *slowLabels) usedSymbols() index.StringIter {
 }
 
 func (s *slowLabels) IndexReader() tsdb.IndexReader { return s.ir }
-func (*slowLabels) Close() error                     { return nil }
+func (*slowLabels) Close() error                    { return nil }
