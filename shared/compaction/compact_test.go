@@ -345,7 +345,7 @@ func TestCorruptSourceFailsCleanly(t *testing.T) {
 		}, "truncated JSON", false},
 		{"missing index", func(d string) error { return os.Remove(filepath.Join(d, "index")) }, "source block", false},
 		{"truncated index", func(d string) error { return truncate(filepath.Join(d, "index"), 0.5) }, "source block", false},
-		{"flipped index byte", func(d string) error { return flip(filepath.Join(d, "index"), 0.3) }, "source block", false},
+		{"flipped index byte", func(d string) error { return flip(filepath.Join(d, "index"), 0.3) }, "source block", true},
 		{"truncated chunks", func(d string) error { return truncate(filepath.Join(d, "chunks", "000001"), 0.5) }, "block", false},
 		{"missing chunks", func(d string) error { return os.Remove(filepath.Join(d, "chunks", "000001")) }, "block", false},
 		{"flipped chunk byte", func(d string) error { return flip(filepath.Join(d, "chunks", "000001"), 0.6) }, "checksum mismatch", true},

@@ -25,7 +25,7 @@ import (
 // partition job. index.Reader resolves a label value by walking up to 31
 // entries of the symbol table from the nearest sampled offset, which made
 // that pass several times slower than the compaction itself. fastLabels
-// maps the same index file, records the offset of every symbol (4 bytes
+// maps the same index file, records where every symbol's bytes are (8 bytes
 // each), and decodes series entries (CRC-checked) with direct lookups. It
 // applies to index format v2 files opened from a directory; anything else
 // goes through IndexReader.Series (slowLabels).
@@ -72,6 +72,7 @@ func newLabelReader(b tsdb.BlockReader, ir tsdb.IndexReader) (labelReader, error
 		return &slowLabels{ir: ir}, nil
 	}
 	r.mf = mf
+	r.id = b.Meta().ULID.String()
 	return r, nil
 }
 
@@ -81,10 +82,12 @@ func (b byteSlice) Len() int                    { return len(b) }
 func (b byteSlice) Range(start, end int) []byte { return b[start:end] }
 
 type fastLabels struct {
+	id   string // source block, for errors
 	ir   tsdb.IndexReader
 	mf   *fileutil.MmapFile
 	b    byteSlice
-	offs []uint32 // offset in b of symbol i (its uvarint length)
+	offs []uint32 // offset in b of the bytes of symbol i
+	lens []uint32 // their length
 	used []uint64 // bitset over symbols, when collecting
 	dec  index.Decoder
 }
@@ -104,11 +107,13 @@ func newFastLabels(ir tsdb.IndexReader, b []byte) (*fastLabels, error) {
 	d := encoding.NewDecbufAt(byteSlice(b), int(toc.Symbols), castagnoli)
 	origLen := d.Len()
 	cnt := d.Be32int()
-	r := &fastLabels{ir: ir, b: b, offs: make([]uint32, 0, max(cnt, 0))}
+	r := &fastLabels{ir: ir, b: b, offs: make([]uint32, 0, max(cnt, 0)), lens: make([]uint32, 0, max(cnt, 0))}
 	base := int(toc.Symbols) + 4
 	for d.Err() == nil && len(r.offs) < cnt {
-		r.offs = append(r.offs, uint32(base+origLen-d.Len()))
-		d.UvarintBytes()
+		sym := d.UvarintBytes()
+		end := base + origLen - d.Len()
+		r.offs = append(r.offs, uint32(end-len(sym)))
+		r.lens = append(r.lens, uint32(len(sym)))
 	}
 	if d.Err() != nil {
 		return nil, fmt.Errorf("read symbol table: %w", d.Err())
@@ -128,16 +133,29 @@ func (r *fastLabels) symbol(o uint32) ([]byte, error) {
 	if int(o) >= len(r.offs) {
 		return nil, fmt.Errorf("unknown symbol %d", o)
 	}
-	off := int(r.offs[o])
-	n, k := binary.Uvarint(r.b[off:])
-	if k <= 0 || off+k+int(n) > len(r.b) {
-		return nil, fmt.Errorf("symbol %d: bad length", o)
-	}
-	return r.b[off+k : off+k+int(n)], nil
+	off := r.offs[o]
+	return r.b[off : off+r.lens[o]], nil
 }
 
-// filter decodes only the symbol references of each series entry (after
-// its CRC check) and hashes the name/value bytes exactly as
+// entry returns the series entry at ref without checking its CRC. The
+// filter pass uses it: every series is kept by exactly one partition,
+// which reads the entry again through series (CRC-checked), so a damaged
+// entry still fails the group, and a job does not checksum the entries of
+// series it skips.
+func (r *fastLabels) entry(ref storage.SeriesRef) (encoding.Decbuf, error) {
+	off := uint64(ref) * seriesByteAlign
+	if off >= uint64(len(r.b)) {
+		return encoding.Decbuf{}, fmt.Errorf("offset beyond the index")
+	}
+	l, n := binary.Uvarint(r.b[off:])
+	if n <= 0 || n > binary.MaxVarintLen32 || off+uint64(n)+l+4 > uint64(len(r.b)) {
+		return encoding.Decbuf{}, fmt.Errorf("bad series entry length")
+	}
+	start := off + uint64(n)
+	return encoding.Decbuf{B: r.b[start : start+l]}, nil
+}
+
+// filter decodes only the symbol references of each series entry and hashes the name/value bytes exactly as
 // labels.StableHash does: xxhash64 over name, 0xff, value, 0xff, ...
 // (TestStableHashCompatible holds it to that).
 func (r *fastLabels) filter(ctx context.Context, p index.Postings, part, n uint64, collect bool) ([]storage.SeriesRef, error) {
@@ -157,11 +175,10 @@ func (r *fastLabels) filter(ctx context.Context, p index.Postings, part, n uint6
 			}
 		}
 		ref := p.At()
-		off := uint64(ref) * seriesByteAlign
-		if off >= uint64(len(r.b)) {
-			return nil, fmt.Errorf("read series %d: offset beyond the index", ref)
+		d, err := r.entry(ref)
+		if err != nil {
+			return nil, fmt.Errorf("read series %d: %w", ref, err)
 		}
-		d := encoding.NewDecbufUvarintAt(r.b, int(off), castagnoli)
 		k := d.Uvarint()
 		refs = refs[:0]
 		for i := 0; i < 2*k && d.Err() == nil; i++ {
@@ -240,15 +257,15 @@ func (it *bitsetIter) Err() error {
 func (r *fastLabels) series(ref storage.SeriesRef, b *labels.ScratchBuilder, chks *[]chunks.Meta) error {
 	off := uint64(ref) * seriesByteAlign
 	if off >= uint64(len(r.b)) {
-		return fmt.Errorf("series %d: offset beyond the index", ref)
+		return fmt.Errorf("source block %s: series %d: offset beyond the index", r.id, ref)
 	}
 	d := encoding.NewDecbufUvarintAt(r.b, int(off), castagnoli)
 	if d.Err() != nil {
-		return d.Err()
+		return fmt.Errorf("source block %s: series %d: %w", r.id, ref, d.Err())
 	}
 	b.Reset()
 	if err := r.dec.Series(d.Get(), b, chks); err != nil {
-		return fmt.Errorf("read series: %w", err)
+		return fmt.Errorf("source block %s: series %d: %w", r.id, ref, err)
 	}
 	return nil
 }
