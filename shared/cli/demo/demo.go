@@ -460,6 +460,19 @@ func (r *run) duplicateNotifications(ctx context.Context) ([]string, error) {
 	return keys, nil
 }
 
+// The sweep runs every sweepInterval: deletions come at most that long
+// after the deletion delay. Settle restarts the runner, and so its timers,
+// whenever the queues go quiet for settleQuiet while work is still due
+// (blocks waiting out the deletion delay); settleQuiet is longer than
+// sweepInterval so that every restart runs a sweep — otherwise quiet
+// queues would end each run before its first sweep and due deletions would
+// never happen. The runner counts a running sweep as work in flight, so a
+// sweep shorter than the interval leaves it room to see the quiet.
+const (
+	sweepInterval = 2 * time.Second
+	settleQuiet   = 3 * time.Second
+)
+
 // compact runs the pipeline until it settles, showing progress.
 func (r *run) compact(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Dir(r.opts.LogFile), 0o755); err != nil {
@@ -472,10 +485,7 @@ func (r *run) compact(ctx context.Context) error {
 	defer logf.Close()
 	logger := slog.New(slog.NewJSONHandler(logf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	p, err := localrun.New(r.clients, r.dep, localrun.Options{
-		// A sweep every 3s: deletions come at most 3s after the delay, and
-		// the runner, which counts a running sweep as work in flight, sees
-		// the quiet between sweeps that tells it the pipeline is idle.
-		Logger: logger, Configure: r.configure, SweepInterval: 3 * time.Second, Owner: "demo",
+		Logger: logger, Configure: r.configure, SweepInterval: sweepInterval, Owner: "demo",
 	})
 	if err != nil {
 		return err
@@ -501,7 +511,7 @@ func (r *run) compact(ctx context.Context) error {
 			}
 		}
 	}()
-	err = p.Settle(ctx, time.Second, r.opts.Timeout, func(ctx context.Context) (bool, error) {
+	err = p.Settle(ctx, settleQuiet, r.opts.Timeout, func(ctx context.Context) (bool, error) {
 		st, err := r.state(ctx, store)
 		if err != nil {
 			return false, err
