@@ -15,7 +15,7 @@ if [ ! -x "$promtool" ]; then
   mkdir -p "$tools"
   GOBIN=$tools go install "github.com/prometheus/prometheus/cmd/promtool@$version"
 fi
-"$promtool" --version 2>&1 | head -1
+echo "promtool $version: $promtool"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/sluice-promtool-XXXXXX")
 trap 'rm -rf "$work"' EXIT
