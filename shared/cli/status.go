@@ -254,6 +254,15 @@ func tenantStatus(ctx context.Context, st *records.Store, pol planning.Policy, t
 		}
 		return groups[i].Key.RangeStart < groups[j].Key.RangeStart
 	})
+	finished := 0
+	for _, g := range groups {
+		if !g.State.Unfinished() {
+			finished++
+		}
+	}
+	// Progress is read for every group the table shows: the unfinished
+	// ones, and the finished ones unless there are too many to list.
+	allGroups = allGroups || finished <= maxFinishedGroups
 	for _, g := range groups {
 		gs := GroupStatus{Group: g.Key.String(), Level: g.Key.Level, RangeStart: g.Key.RangeStart,
 			Version: g.Version, State: string(g.State), Partitions: g.Partitions, Sources: len(g.Sources), Updated: g.UpdatedAt}
