@@ -36,7 +36,8 @@ done <"$work/blocks.txt"
 last=$(tail -1 "$work/blocks.txt")
 echo "== promtool tsdb analyze ${last#"$work"/} (excerpt)"
 # shellcheck disable=SC2086
-"$promtool" tsdb analyze $last | head -12
+"$promtool" tsdb analyze $last >"$work/analyze.txt" 2>&1
+head -12 "$work/analyze.txt"
 if [ "$failed" -ne 0 ]; then
   echo "promtool-check: $failed of $((checked + failed)) blocks FAILED"
   exit 1
