@@ -216,7 +216,6 @@ func compareSorted(rep *Report, lset labels.Labels, a, b []sample) {
 
 // side merges the series of several blocks by labels.
 type side struct {
-	blocks  []*tsdb.Block
 	closers []func() error
 	heads   []*head
 	lset    labels.Labels
