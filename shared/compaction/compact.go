@@ -38,7 +38,11 @@ var ErrInvalidJob = errors.New("invalid compaction job")
 // Job is one partition of one compaction.
 type Job struct {
 	// SourceDirs are local block directories, each with meta.json, index
-	// and chunks/. Their order does not matter.
+	// and chunks/. Their order does not matter. A source that
+	// SourceHoldsPartition rules out needs only its meta.json: it is
+	// skipped without being opened, and still counted in the output's time
+	// range, compaction.sources and parents (so every partition of a group
+	// agrees on them). No sources at all gives an Empty result.
 	SourceDirs []string
 	// Partition p of PartitionCount N: the output holds the series with
 	// labels.StableHash(lset) % N == p. N must be a power of two in
@@ -103,6 +107,12 @@ func Compact(ctx context.Context, logger *slog.Logger, job Job) (*Result, error)
 		return nil, err
 	}
 	logger = logger.With("block", job.ULID.String(), "partition", job.Partition, "partitions", n)
+	if len(job.SourceDirs) == 0 {
+		// Every source was left out (e.g. by the caller's own
+		// SourceHoldsPartition check): the partition is empty.
+		logger.Info("partition empty: no sources")
+		return &Result{Empty: true}, nil
+	}
 
 	srcs := make([]source, 0, len(job.SourceDirs))
 	seen := map[ulid.ULID]string{}
@@ -186,8 +196,6 @@ func (job *Job) validate(n int) error {
 		return bad("no output ULID")
 	case job.OutDir == "":
 		return bad("no output directory")
-	case len(job.SourceDirs) == 0:
-		return bad("no sources")
 	case job.PartitionInfo == nil && n > 1:
 		return bad("partition %d of %d needs PartitionInfo", job.Partition, n)
 	case job.PartitionInfo != nil && (job.PartitionInfo.PartitionCount != n || job.PartitionInfo.PartitionID != job.Partition):

@@ -415,6 +415,21 @@ func TestSkippedSourcesAreNeverOpened(t *testing.T) {
 	if _, err := Compact(context.Background(), nil, w.job(pre, filepath.Join(w.base, "out"), "g", 1, 4)); err == nil {
 		t.Fatal("partition 1 must read the broken source and fail")
 	}
+	// A skipped source needs nothing but its meta.json.
+	metaOnly := filepath.Join(w.base, "meta-only", filepath.Base(broken))
+	os.MkdirAll(metaOnly, 0o755)
+	b, _ := os.ReadFile(filepath.Join(broken, "meta.json"))
+	os.WriteFile(filepath.Join(metaOnly, "meta.json"), b, 0o644)
+	srcs2 := []string{metaOnly}
+	for _, d := range pre {
+		if d != broken {
+			srcs2 = append(srcs2, d)
+		}
+	}
+	res, err := Compact(context.Background(), nil, w.job(srcs2, filepath.Join(w.base, "out2"), "g", 0, 4))
+	if err != nil || len(res.Skipped) != 1 || len(res.Meta.Compaction.Parents) != 2 {
+		t.Fatalf("meta-only skipped source: %+v, %v", res, err)
+	}
 }
 
 func TestSourceHoldsPartition(t *testing.T) {
@@ -575,7 +590,6 @@ func TestInvalidJobs(t *testing.T) {
 		{"p>=N", func(j *Job) { j.PartitionCount, j.Partition = 2, 2 }},
 		{"no ULID", func(j *Job) { j.ULID = ulid.ULID{} }},
 		{"no out dir", func(j *Job) { j.OutDir = "" }},
-		{"no sources", func(j *Job) { j.SourceDirs = nil }},
 		{"N>1 without partition info", func(j *Job) { j.PartitionCount = 2 }},
 		{"partition info mismatch", func(j *Job) {
 			j.PartitionCount = 2
@@ -591,6 +605,11 @@ func TestInvalidJobs(t *testing.T) {
 	}
 	if _, err := Compact(context.Background(), nil, good); err != nil {
 		t.Fatal(err)
+	}
+	none := good
+	none.SourceDirs = nil
+	if res, err := Compact(context.Background(), nil, none); err != nil || !res.Empty {
+		t.Fatalf("no sources: %+v, %v", res, err)
 	}
 }
 
