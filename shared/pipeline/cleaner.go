@@ -140,18 +140,9 @@ func allDone(parts []records.Partition, n int) bool {
 func (c Cleaner) finishComplete(ctx context.Context, head records.Group, parts []records.Partition) error {
 	log := c.Logger.With("tenant", head.Tenant, "group", head.Key.String(), "version", head.Version)
 	now := c.now()
-	var outIDs []string
-	for _, p := range parts {
-		if p.Output != "" {
-			outIDs = append(outIDs, p.Output)
-		}
-	}
-	outs, err := c.Store.GetBlocks(ctx, head.Tenant, outIDs)
+	outs, err := c.outputs(ctx, head, parts)
 	if err != nil {
 		return err
-	}
-	if len(outs) != len(outIDs) {
-		return fmt.Errorf("complete %s: %d of %d output records missing", head.Ref(), len(outIDs)-len(outs), len(outIDs))
 	}
 	published := 0
 	for _, b := range outs {
@@ -233,6 +224,25 @@ func (c Cleaner) finishRetired(ctx context.Context, head records.Group, parts []
 	return c.replan(ctx, head)
 }
 
+// outputs reads the output records of a version's committed partitions;
+// a commit writes the record with the partition, so none may be missing.
+func (c Cleaner) outputs(ctx context.Context, head records.Group, parts []records.Partition) ([]records.Block, error) {
+	var ids []string
+	for _, p := range parts {
+		if p.Output != "" {
+			ids = append(ids, p.Output)
+		}
+	}
+	outs, err := c.Store.GetBlocks(ctx, head.Tenant, ids)
+	if err != nil {
+		return nil, err
+	}
+	if len(outs) != len(ids) {
+		return nil, fmt.Errorf("%s: %d of %d output records missing", head.Ref(), len(ids)-len(outs), len(ids))
+	}
+	return outs, nil
+}
+
 // replan asks the planner to look at the group again (blocks may have
 // arrived while it was busy) and at the next level's group.
 func (c Cleaner) replan(ctx context.Context, head records.Group) error {
@@ -286,13 +296,7 @@ func (c Cleaner) cleanupSuperseded(ctx context.Context, head records.Group) erro
 	if err != nil {
 		return err
 	}
-	var outIDs []string
-	for _, p := range parts {
-		if p.Output != "" {
-			outIDs = append(outIDs, p.Output)
-		}
-	}
-	outs, err := c.Store.GetBlocks(ctx, head.Tenant, outIDs)
+	outs, err := c.outputs(ctx, head, parts)
 	if err != nil {
 		return err
 	}
