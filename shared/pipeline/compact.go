@@ -121,12 +121,19 @@ func (c Compact) owner() string {
 func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []records.Block, log interface {
 	InfoContext(context.Context, string, ...any)
 }) (*records.Block, error) {
+	if len(srcs) == 0 {
+		return nil, fmt.Errorf("version %s has no sources", head.Ref())
+	}
 	scratch, err := os.MkdirTemp(c.Config.ScratchDir, "sluice-job-")
 	if err != nil {
 		return nil, fmt.Errorf("scratch dir: %w", err)
 	}
 	defer os.RemoveAll(scratch)
 
+	// Every source gets a directory with its meta.json, so all partitions
+	// of a version describe the same sources and time range; only those
+	// that can hold series of p get their index and chunks (compaction
+	// never opens the others).
 	var dirs []string
 	skipped := 0
 	started := time.Now()
@@ -135,6 +142,14 @@ func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []
 		if err != nil {
 			return nil, err
 		}
+		dir := filepath.Join(scratch, "src", b.ID)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("source %s: %w", b.Key(), err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, blockkey.MetaFile), []byte(b.Meta), 0o644); err != nil {
+			return nil, fmt.Errorf("source %s: %w", b.Key(), err)
+		}
+		dirs = append(dirs, dir)
 		if !compaction.SourceHoldsPartition(meta, p, head.Partitions) {
 			skipped++
 			continue
@@ -147,7 +162,6 @@ func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []
 		if err != nil {
 			return nil, err
 		}
-		dir := filepath.Join(scratch, "src", b.ID)
 		objs := make([]blockstore.Object, 0, len(b.Files))
 		for _, f := range b.Files {
 			if !tsdbFile(f.RelPath) {
@@ -158,19 +172,13 @@ func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []
 		if err := blockstore.Download(ctx, c.S3, c.Config.Bucket, objs, dir, c.Config.DownloadParallelism); err != nil {
 			return nil, fmt.Errorf("download source %s: %w", b.Key(), err)
 		}
-		if err := os.WriteFile(filepath.Join(dir, blockkey.MetaFile), []byte(b.Meta), 0o644); err != nil {
-			return nil, fmt.Errorf("source %s: %w", b.Key(), err)
-		}
-		dirs = append(dirs, dir)
 	}
-	log.InfoContext(ctx, "sources downloaded", "sources", len(dirs), "skippedByPartitionInfo", skipped, "took", time.Since(started).String())
+	log.InfoContext(ctx, "sources downloaded", "downloaded", len(dirs)-skipped, "skippedByPartitionInfo", skipped, "took", time.Since(started).String())
 	outID := outputULID(head, p)
 	var labels map[string]string
 	var resolution int64
-	if len(dirs) > 0 {
-		if m, err := blockmeta.Parse([]byte(srcs[0].Meta), srcs[0].Key()); err == nil && m.Thanos != nil {
-			labels, resolution = m.Thanos.Labels, m.Thanos.Downsample.Resolution
-		}
+	if m, err := blockmeta.Parse([]byte(srcs[0].Meta), srcs[0].Key()); err == nil && m.Thanos != nil {
+		labels, resolution = m.Thanos.Labels, m.Thanos.Downsample.Resolution
 	}
 	res, err := compaction.Compact(ctx, c.Logger, compaction.Job{
 		SourceDirs: dirs, Partition: p, PartitionCount: head.Partitions, ULID: outID,
@@ -183,7 +191,7 @@ func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []
 	if err != nil {
 		return nil, err
 	}
-	if res.Empty || len(dirs) == 0 {
+	if res.Empty {
 		log.InfoContext(ctx, "partition holds no series")
 		return nil, nil
 	}
