@@ -103,6 +103,11 @@ func New(clients *awsenv.Clients, d provision.Deployment, opts Options) (*Pipeli
 	return &Pipeline{Deps: deps, Runner: r, opts: opts}, nil
 }
 
+// Sweep runs the cleaner's sweep once, now.
+func (p *Pipeline) Sweep(ctx context.Context) error {
+	return pipeline.Cleaner{Deps: p.Deps}.Sweep(ctx)
+}
+
 // Settle runs the pipeline until done reports true, checking whenever the
 // queues have been quiet for quiet; it fails after timeout. Sweeps keep
 // running meanwhile, so due deletions and closing ranges happen.
@@ -112,6 +117,12 @@ func (p *Pipeline) Settle(ctx context.Context, quiet, timeout time.Duration, don
 	for {
 		if err := p.Runner.RunUntilIdle(ctx, quiet); err != nil {
 			return fmt.Errorf("localrun: pipeline did not settle: %w", err)
+		}
+		// The runner's timers restart with each RunUntilIdle; sweep once
+		// here so due work (deletions, closed ranges) is found even when
+		// quiet is shorter than the sweep interval.
+		if err := p.Sweep(ctx); err != nil {
+			p.opts.Logger.WarnContext(ctx, "sweep failed while settling", "err", err)
 		}
 		ok, err := done(ctx)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -431,11 +432,7 @@ func (c Cleaner) Sweep(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, e := range deletes {
-		if err := c.deleteRetired(ctx, e); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	errs = append(errs, forEach(ctx, deletes, sweepParallelism, c.deleteRetired)...)
 	ranges, err := c.Store.Due(ctx, records.AgendaRange, now)
 	if err != nil {
 		return err
@@ -464,6 +461,35 @@ func (c Cleaner) Sweep(ctx context.Context) error {
 		return fmt.Errorf("sweep: %d errors, first: %w", len(errs), errs[0])
 	}
 	return nil
+}
+
+// sweepParallelism bounds the sweep's concurrent deletions: a day of a
+// big tenant retires hundreds of blocks at once.
+const sweepParallelism = 8
+
+// forEach runs fn for every entry, at most limit at a time, and returns
+// the errors.
+func forEach(ctx context.Context, entries []records.AgendaEntry, limit int, fn func(context.Context, records.AgendaEntry) error) []error {
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	sem := make(chan struct{}, limit)
+	for _, e := range entries {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := fn(ctx, e); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errs
 }
 
 // deleteRetired moves a RETIRING block past its delay to DELETED and sends
