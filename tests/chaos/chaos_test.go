@@ -1,0 +1,357 @@
+// Package chaos runs the whole pipeline — the four handlers behind the
+// local event-source runner, against the emulator — under a seeded
+// scheduler that injects faults: crashes before and after AWS calls and at
+// protocol steps, throttling, duplicated, delayed and concurrent
+// deliveries, visibility timeouts expiring mid-work, duplicated and delayed
+// S3 events, lease expiry by a skewed clock, clock jumps; on a workload of
+// several tenants with replicated, late and re-uploaded blocks. Online it
+// checks what the testworld.Monitor checks (I5 fencing, deletes against
+// records, published files); at quiescence I1–I4 (testworld.CheckQuiescent)
+// and that no message ended in a DLQ.
+//
+//	go test ./tests/chaos -run TestChaos               # 30 seeds (make test)
+//	CHAOS_SEEDS=500 go test ./tests/chaos -run TestChaos -timeout 2h   # make chaos SEEDS=500
+//	CHAOS_SEED=17 go test ./tests/chaos -run TestChaos -v              # replay seed 17
+package chaos
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/localstack/envtest"
+	"github.com/sluice-dev/sluice/localstack/localrun"
+	"github.com/sluice-dev/sluice/localstack/runner"
+	"github.com/sluice-dev/sluice/shared/config"
+	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/tests/testworld"
+)
+
+var (
+	flagSeed     = flag.Int64("seed", envInt("CHAOS_SEED", -1), "run only this seed (a replay); env CHAOS_SEED")
+	flagSeeds    = flag.Int("seeds", int(envInt("CHAOS_SEEDS", 30)), "how many seeds to run; env CHAOS_SEEDS")
+	flagFirst    = flag.Int64("first", envInt("CHAOS_FIRST", 1), "first seed; env CHAOS_FIRST")
+	flagParallel = flag.Int("chaos.parallel", int(envInt("CHAOS_PARALLEL", 8)), "seeds run at once; env CHAOS_PARALLEL")
+	flagReport   = flag.String("report", os.Getenv("CHAOS_REPORT"), "also write the report to this file; env CHAOS_REPORT")
+)
+
+func envInt(name string, def int64) int64 {
+	if v, err := strconv.ParseInt(os.Getenv(name), 10, 64); err == nil {
+		return v
+	}
+	return def
+}
+
+// The chaos deployment's durations, on the handlers' clock. As in
+// production, a job runs shorter than its lease, the lease is shorter than
+// the orphan delay, and nothing waits for the deletion delay but deletes.
+const (
+	visibility    = 2 * time.Second
+	leaseDuration = 15 * time.Second
+	redriveAfter  = 6 * time.Second
+	stuckAfter    = 40 * time.Second
+	deletionDelay = 3 * time.Second
+	orphanDelay   = 25 * time.Second
+	settleTimeout = 4 * time.Minute
+)
+
+// result is one seed's outcome.
+type result struct {
+	seed       int64
+	took       time.Duration
+	faults     map[string]int
+	checks     map[string]int
+	violations []string
+	blocks     int
+}
+
+func replayCommand(seed int64) string {
+	return fmt.Sprintf("CHAOS_SEED=%d go test ./tests/chaos -run TestChaos -count=1 -v", seed)
+}
+
+// TestChaos runs the seeds, several at once, each in its own deployment,
+// and reports seeds, faults injected by kind, checks made and violations.
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos: needs the emulator; skipped with -short")
+	}
+	if !envtest.Answers(context.Background(), envtest.Endpoint(), 2*time.Second) && os.Getenv("SLUICE_REQUIRE_EMULATOR") != "1" {
+		t.Skipf("no emulator at %s", envtest.Endpoint())
+	}
+	seeds := []int64{*flagSeed}
+	if *flagSeed < 0 {
+		seeds = seeds[:0]
+		for i := 0; i < *flagSeeds; i++ {
+			seeds = append(seeds, *flagFirst+int64(i))
+		}
+	}
+	started := time.Now()
+	pl, err := generatePool(t.TempDir())
+	if err != nil {
+		t.Fatalf("chaos: generate the workload: %v", err)
+	}
+	var (
+		mu      sync.Mutex
+		results []result
+		failed  []int64
+	)
+	sem := make(chan struct{}, max(*flagParallel, 1))
+	var wg sync.WaitGroup
+	for _, seed := range seeds {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			var res result
+			ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+				res = runSeed(t, seed, pl)
+				if t.Failed() {
+					t.Logf("replay this seed: %s", replayCommand(seed))
+				}
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			results = append(results, res)
+			if !ok {
+				failed = append(failed, seed)
+			}
+		}()
+	}
+	wg.Wait()
+	rep := report(results, failed, time.Since(started))
+	t.Log("\n" + rep)
+	if *flagReport != "" {
+		_ = os.MkdirAll(filepath.Dir(*flagReport), 0o755)
+		if err := os.WriteFile(*flagReport, []byte(rep), 0o644); err != nil {
+			t.Errorf("write report: %v", err)
+		}
+	}
+}
+
+// runSeed runs one seed: a fresh deployment, the pipeline under the
+// seed's faults, the workload; then settles and checks.
+func runSeed(t *testing.T, seed int64, pl pool) result {
+	start := time.Now()
+	res := result{seed: seed}
+	p := newPlan(seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
+	clock := &testworld.Clock{}
+	sched := &scheduler{plan: p, clock: clock, visibility: visibility, lease: leaseDuration}
+	maxSeries := []uint64{6, 12, 24, 64}[rng.IntN(4)]
+	w := testworld.New(t, testworld.Options{
+		Env: []envtest.Option{envtest.WithVisibilityTimeout(visibility), envtest.WithLogLevel(slog.LevelInfo)},
+		Pipeline: localrun.Options{Now: clock.Now, Wrap: func(name string, h runner.Handler) runner.Handler {
+			return sched.wrap(name, h)
+		}},
+		Configure: func(c *config.Config) {
+			c.Policy.Ranges = chaosRanges
+			c.Policy.MaxSeriesPerPartition = maxSeries
+			c.LeaseDuration, c.RedriveAfter, c.StuckAfter = leaseDuration, redriveAfter, stuckAfter
+			c.DeletionDelay, c.OrphanDelay = deletionDelay, orphanDelay
+		},
+	})
+	mon := testworld.NewMonitor(w)
+	d := w.Pipeline.Deps
+	d.Store = records.NewStore(&faultDB{DynamoDB: mon.DynamoDB(w.Env.Clients.DynamoDB), p: p}, w.Config.Table, d.Logger)
+	d.S3 = &faultS3{S3: mon.S3(d.S3), p: p}
+	d.Send.SQS = &faultSQS{SQS: d.Send.SQS, p: p}
+	d.Hook = testworld.ChainHooks(sched.hook, mon.Hook)
+	sched.deps = d
+
+	// Two or three tenants of the pool.
+	var tenants []tenantBlocks
+	for _, i := range rng.Perm(len(pl))[:2+rng.IntN(len(pl)-1)] {
+		tenants = append(tenants, pl[i])
+	}
+	var names []string
+	for _, tb := range tenants {
+		names = append(names, tb.tenant)
+		res.blocks += len(tb.blocks)
+	}
+	sort.Strings(names)
+	t.Logf("seed %d: tenants %v, at most %d series per partition", seed, names, maxSeries)
+
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout+time.Minute)
+	defer cancel()
+	wl := &workload{w: w, plan: p, rng: rand.New(rand.NewPCG(uint64(seed), 0x10ad)), tenants: tenants}
+	var loadErr error
+	loaded := make(chan struct{})
+	go func() {
+		defer close(loaded)
+		loadErr = wl.run(ctx)
+	}()
+	// One clock jump, at a seeded moment: re-drives, lease expiry, or a
+	// version that looks stuck.
+	go func() {
+		sleep(ctx, time.Duration(3000+rng.IntN(8000))*time.Millisecond)
+		jumps := []time.Duration{redriveAfter + time.Second, leaseDuration + time.Second, stuckAfter + time.Second}
+		if j := jumps[rng.IntN(len(jumps))]; ctx.Err() == nil {
+			p.count(fClockJump)
+			clock.Advance(j)
+			t.Logf("clock jumps %v", j)
+		}
+	}()
+
+	settled := func(ctx context.Context) (bool, error) {
+		select {
+		case <-loaded:
+		default:
+			return false, nil
+		}
+		if loadErr != nil {
+			return false, loadErr
+		}
+		if sched.inRogue.Load() > 0 {
+			return false, nil
+		}
+		ok, err := w.Quiescent(ctx, names...)
+		if err != nil || !ok {
+			return false, err
+		}
+		// Quiescent and nothing runs: let the delays pass — deletions,
+		// second orphan sweeps — rather than wait for them.
+		var next time.Time
+		for _, k := range []records.AgendaKind{records.AgendaDelete, records.AgendaOrphans, records.AgendaActive} {
+			all, err := w.Store.Due(ctx, k, clock.Now().Add(24*time.Hour))
+			if err != nil {
+				return false, err
+			}
+			for _, e := range all {
+				if next.IsZero() || e.Due.Before(next) {
+					next = e.Due
+				}
+			}
+		}
+		if next.IsZero() {
+			return true, nil
+		}
+		if wait := next.Sub(clock.Now()); wait > 0 {
+			clock.Advance(wait + time.Second)
+		}
+		return false, nil
+	}
+	if err := w.Pipeline.Settle(ctx, 1500*time.Millisecond, settleTimeout, settled); err != nil {
+		res.violations = append(res.violations, fmt.Sprintf("liveness: %v", err))
+	}
+	sched.rogues.Wait()
+
+	if err := w.CheckQuiescent(ctx, names...); err != nil {
+		for _, e := range unjoin(err) {
+			res.violations = append(res.violations, e.Error())
+		}
+	}
+	res.violations = append(res.violations, mon.Violations()...)
+	for id, url := range w.Env.Deployment.DLQURLs {
+		n, err := runner.Pending(ctx, w.Env.Clients.SQS, url)
+		if err == nil && n > 0 {
+			res.violations = append(res.violations, fmt.Sprintf("liveness: %d messages in the %s DLQ", n, id))
+		}
+	}
+	res.faults = p.faults()
+	res.checks = mon.Checks()
+	res.checks["I1 samples at quiescence (per tenant)"] += len(names)
+	res.checks["I2 no overlapping live blocks (per tenant)"] += len(names)
+	res.checks["I3 published files exist (per tenant)"] += len(names)
+	res.checks["I4 no orphans, no delete markers (per seed)"]++
+	res.checks["liveness: settled, DLQs empty (per seed)"]++
+	res.took = time.Since(start)
+	for _, v := range res.violations {
+		t.Errorf("seed %d: %s", seed, v)
+	}
+	if len(res.violations) > 0 {
+		describe(t, w, names, strings.Join(res.violations, " "))
+	}
+	t.Logf("seed %d: %v, faults %v", seed, res.took.Round(time.Millisecond), res.faults)
+	return res
+}
+
+// describe logs the records of every block a violation names, and every
+// group head, to start the diagnosis from.
+func describe(t *testing.T, w *testworld.World, tenants []string, violations string) {
+	ctx := context.Background()
+	for _, tenant := range tenants {
+		for _, b := range w.Blocks(ctx, tenant) {
+			if strings.Contains(violations, b.ID) {
+				t.Logf("record %s: %s gen %d claimedBy=%q producedBy=%q published=%v metaVid=%s markVid=%s retireAt=%d files=%v",
+					b.Key(), b.State, b.Gen, b.ClaimedBy, b.ProducedBy, b.Published, b.MetaVersionID, b.MarkVersionID, b.RetireAt, b.Files)
+			}
+		}
+		groups, _ := w.Store.TenantGroups(ctx, tenant)
+		for _, g := range groups {
+			t.Logf("group %s: %s, %d partitions, sources %v", g.Ref(), g.State, g.Partitions, g.Sources)
+		}
+	}
+}
+
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			if e != nil {
+				out = append(out, unjoin(e)...)
+			}
+		}
+		return out
+	}
+	return []error{err}
+}
+
+// report renders a run's figures.
+func report(results []result, failed []int64, wall time.Duration) string {
+	sort.Slice(results, func(i, j int) bool { return results[i].seed < results[j].seed })
+	faults, checks := map[string]int{}, map[string]int{}
+	nFaults, nChecks, nViol := 0, 0, 0
+	var slowest time.Duration
+	for _, r := range results {
+		for k, v := range r.faults {
+			faults[k] += v
+			nFaults += v
+		}
+		for k, v := range r.checks {
+			checks[k] += v
+			nChecks += v
+		}
+		nViol += len(r.violations)
+		slowest = max(slowest, r.took)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "chaos: %d seeds in %v (slowest seed %v), %d failed\n", len(results), wall.Round(time.Second), slowest.Round(time.Second), len(failed))
+	fmt.Fprintf(&b, "faults injected: %d\n", nFaults)
+	for _, k := range sortedKeys(faults) {
+		fmt.Fprintf(&b, "  %6d  %s\n", faults[k], k)
+	}
+	fmt.Fprintf(&b, "invariant checks made: %d\n", nChecks)
+	for _, k := range sortedKeys(checks) {
+		fmt.Fprintf(&b, "  %6d  %s\n", checks[k], k)
+	}
+	fmt.Fprintf(&b, "violations: %d\n", nViol)
+	sort.Slice(failed, func(i, j int) bool { return failed[i] < failed[j] })
+	for _, r := range results {
+		for _, v := range r.violations {
+			fmt.Fprintf(&b, "  seed %d: %s\n", r.seed, firstLine(v))
+		}
+	}
+	for _, s := range failed {
+		fmt.Fprintf(&b, "replay: %s\n", replayCommand(s))
+	}
+	return b.String()
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i] + " …"
+	}
+	return s
+}
+

@@ -1,0 +1,520 @@
+package chaos
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"regexp"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go"
+
+	"github.com/sluice-dev/sluice/localstack/runner"
+	"github.com/sluice-dev/sluice/shared/messages"
+	"github.com/sluice-dev/sluice/shared/pipeline"
+	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/tests/testworld"
+)
+
+// Fault kinds, as counted in the report.
+const (
+	fCrashBeforeS3     = "crash before an S3 call"
+	fCrashAfterS3      = "crash after an S3 call"
+	fThrottleS3        = "S3 throttling (SlowDown)"
+	fCrashBeforeDB     = "crash before a DynamoDB call"
+	fCrashAfterDB      = "crash after a DynamoDB write"
+	fThrottleDB        = "DynamoDB throttling"
+	fCrashBeforeSend   = "crash before an SQS send"
+	fCrashAfterSend    = "crash after an SQS send"
+	fCrashAtStep       = "crash at a protocol step"
+	fStall             = "visibility timeout expiring mid-work"
+	fDelayDelivery     = "delivery delayed (redelivered later)"
+	fDupConcurrent     = "duplicate delivery, concurrent"
+	fDupSequential     = "duplicate delivery, after the first"
+	fSkewedTakeover    = "lease expiry by a skewed clock (duplicate job ahead by a lease)"
+	fClockJump         = "clock jump"
+	fDupEvent          = "S3 event duplicated (delayed, reordered)"
+	fReupload          = "shipper re-upload of a block"
+	fLateBlock         = "late block"
+	fShuffledUploads   = "uploads reordered"
+)
+
+// Probabilities per occasion (a call, a step, a delivery). Faults are
+// injected only into a message's first two receives (and into calls made
+// outside any message, like the sweep), so with five receives before the
+// DLQ every message gets through: faults test safety, not stamina.
+const (
+	pCrashS3        = 0.015
+	pThrottleS3     = 0.01
+	pCrashDB        = 0.01
+	pThrottleDB     = 0.02
+	pCrashSend      = 0.015
+	pCrashStep      = 0.02
+	pStall          = 0.01
+	pDelayDelivery  = 0.04
+	pDupConcurrent  = 0.05
+	pDupSequential  = 0.03
+	pSkewedTakeover = 0.4 // of concurrent duplicates of a compaction job
+	maxFaultReceive = 2
+)
+
+// plan makes every fault decision of one seed. A decision is a hash of
+// (seed, site, subject, occurrence), not a draw from one shared generator,
+// so it does not depend on how goroutines interleave: replaying a seed
+// injects the same faults into the same calls.
+type plan struct {
+	seed   int64
+	mu     sync.Mutex
+	seen   map[string]int
+	counts sync.Map // kind → *atomic.Int64
+}
+
+func newPlan(seed int64) *plan { return &plan{seed: seed, seen: map[string]int{}} }
+
+// roll is a uniform number in [0, 1) for the n-th occasion of (site,
+// subject). Subjects are normalised — ULIDs, VersionIds and timestamps
+// taken out — so that the same call of a replay, on another day, with other
+// ULIDs, rolls the same.
+func (p *plan) roll(site, subject string) float64 {
+	p.mu.Lock()
+	k := site + "\x00" + normalise(subject)
+	n := p.seen[k]
+	p.seen[k] = n + 1
+	p.mu.Unlock()
+	h := fnv.New64a()
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(p.seed))
+	h.Write(b[:])
+	h.Write([]byte(k))
+	binary.BigEndian.PutUint64(b[:], uint64(n))
+	h.Write(b[:])
+	return float64(mix64(h.Sum64())>>11) / float64(1<<53)
+}
+
+// mix64 is splitmix64's finaliser: FNV leaves the top bits barely touched
+// by the last bytes (the occurrence), so they are mixed once more.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// hit decides one fault and counts it.
+func (p *plan) hit(ctx context.Context, kind, site, subject string, prob float64) bool {
+	if !faultsAllowed(ctx) || p.roll(site, subject) >= prob {
+		return false
+	}
+	p.count(kind)
+	return true
+}
+
+func (p *plan) count(kind string) {
+	v, _ := p.counts.LoadOrStore(kind, new(atomic.Int64))
+	v.(*atomic.Int64).Add(1)
+}
+
+func (p *plan) faults() map[string]int {
+	out := map[string]int{}
+	p.counts.Range(func(k, v any) bool {
+		out[k.(string)] = int(v.(*atomic.Int64).Load())
+		return true
+	})
+	return out
+}
+
+// --- context: which receive of a message a call belongs to ---
+
+type receiveKey struct{}
+
+func withReceive(ctx context.Context, n int) context.Context {
+	return context.WithValue(ctx, receiveKey{}, n)
+}
+
+func faultsAllowed(ctx context.Context) bool {
+	n, ok := ctx.Value(receiveKey{}).(int)
+	return !ok || n <= maxFaultReceive
+}
+
+var errCrash = errors.New("chaos: crashed")
+
+func crashErr(what string) error { return fmt.Errorf("%w: %s", errCrash, what) }
+
+func throttleS3() error {
+	return &smithy.GenericAPIError{Code: "SlowDown", Message: "chaos: please reduce your request rate", Fault: smithy.FaultServer}
+}
+
+// --- S3 ---
+
+type faultS3 struct {
+	pipeline.S3
+	p *plan
+}
+
+func (f *faultS3) before(ctx context.Context, op, key string) error {
+	switch {
+	case f.p.hit(ctx, fCrashBeforeS3, "s3-before "+op, key, pCrashS3):
+		return crashErr("before S3 " + op + " " + key)
+	case f.p.hit(ctx, fThrottleS3, "s3-throttle "+op, key, pThrottleS3):
+		return throttleS3()
+	}
+	return nil
+}
+
+func (f *faultS3) after(ctx context.Context, op, key string, err error) error {
+	if err == nil && f.p.hit(ctx, fCrashAfterS3, "s3-after "+op, key, pCrashS3) {
+		return crashErr("after S3 " + op + " " + key)
+	}
+	return err
+}
+
+func (f *faultS3) GetObject(ctx context.Context, in *s3.GetObjectInput, o ...func(*s3.Options)) (*s3.GetObjectOutput, error) {
+	k := aws.ToString(in.Key)
+	if err := f.before(ctx, "GetObject", k); err != nil {
+		return nil, err
+	}
+	out, err := f.S3.GetObject(ctx, in, o...)
+	if err2 := f.after(ctx, "GetObject", k, err); err2 != err {
+		out.Body.Close()
+		return nil, err2
+	}
+	return out, err
+}
+
+func (f *faultS3) HeadObject(ctx context.Context, in *s3.HeadObjectInput, o ...func(*s3.Options)) (*s3.HeadObjectOutput, error) {
+	k := aws.ToString(in.Key)
+	if err := f.before(ctx, "HeadObject", k); err != nil {
+		return nil, err
+	}
+	out, err := f.S3.HeadObject(ctx, in, o...)
+	if err2 := f.after(ctx, "HeadObject", k, err); err2 != err {
+		return nil, err2
+	}
+	return out, err
+}
+
+func (f *faultS3) PutObject(ctx context.Context, in *s3.PutObjectInput, o ...func(*s3.Options)) (*s3.PutObjectOutput, error) {
+	k := aws.ToString(in.Key)
+	if err := f.before(ctx, "PutObject", k); err != nil {
+		return nil, err
+	}
+	out, err := f.S3.PutObject(ctx, in, o...)
+	if err2 := f.after(ctx, "PutObject", k, err); err2 != err {
+		return nil, err2
+	}
+	return out, err
+}
+
+func (f *faultS3) DeleteObject(ctx context.Context, in *s3.DeleteObjectInput, o ...func(*s3.Options)) (*s3.DeleteObjectOutput, error) {
+	k := aws.ToString(in.Key)
+	if err := f.before(ctx, "DeleteObject", k); err != nil {
+		return nil, err
+	}
+	out, err := f.S3.DeleteObject(ctx, in, o...)
+	if err2 := f.after(ctx, "DeleteObject", k, err); err2 != err {
+		return nil, err2
+	}
+	return out, err
+}
+
+func (f *faultS3) ListObjectVersions(ctx context.Context, in *s3.ListObjectVersionsInput, o ...func(*s3.Options)) (*s3.ListObjectVersionsOutput, error) {
+	k := aws.ToString(in.Prefix)
+	if err := f.before(ctx, "ListObjectVersions", k); err != nil {
+		return nil, err
+	}
+	out, err := f.S3.ListObjectVersions(ctx, in, o...)
+	if err2 := f.after(ctx, "ListObjectVersions", k, err); err2 != err {
+		return nil, err2
+	}
+	return out, err
+}
+
+// --- DynamoDB ---
+
+type faultDB struct {
+	records.DynamoDB
+	p *plan
+}
+
+func dbSubject(key map[string]ddbtypes.AttributeValue) string {
+	var pk, sk string
+	if v, ok := key["PK"].(*ddbtypes.AttributeValueMemberS); ok {
+		pk = v.Value
+	}
+	if v, ok := key["SK"].(*ddbtypes.AttributeValueMemberS); ok {
+		sk = v.Value
+	}
+	return pk + "/" + sk
+}
+
+func throttleDB() error {
+	return &ddbtypes.ProvisionedThroughputExceededException{Message: aws.String("chaos: throughput exceeded")}
+}
+
+func (f *faultDB) read(ctx context.Context, op, subject string) error {
+	switch {
+	case f.p.hit(ctx, fThrottleDB, "db-throttle "+op, subject, pThrottleDB):
+		return throttleDB()
+	case f.p.hit(ctx, fCrashBeforeDB, "db-before "+op, subject, pCrashDB/2):
+		return crashErr("before DynamoDB " + op + " " + subject)
+	}
+	return nil
+}
+
+func (f *faultDB) write(ctx context.Context, op, subject string, call func() error) error {
+	switch {
+	case f.p.hit(ctx, fThrottleDB, "db-throttle "+op, subject, pThrottleDB):
+		return throttleDB()
+	case f.p.hit(ctx, fCrashBeforeDB, "db-before "+op, subject, pCrashDB):
+		return crashErr("before DynamoDB " + op + " " + subject)
+	}
+	err := call()
+	if err == nil && f.p.hit(ctx, fCrashAfterDB, "db-after "+op, subject, pCrashDB) {
+		return crashErr("after DynamoDB " + op + " " + subject + " (it was applied)")
+	}
+	return err
+}
+
+func (f *faultDB) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	if err := f.read(ctx, "GetItem", dbSubject(in.Key)); err != nil {
+		return nil, err
+	}
+	return f.DynamoDB.GetItem(ctx, in, o...)
+}
+
+func (f *faultDB) Query(ctx context.Context, in *dynamodb.QueryInput, o ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	if err := f.read(ctx, "Query", aws.ToString(in.KeyConditionExpression)); err != nil {
+		return nil, err
+	}
+	return f.DynamoDB.Query(ctx, in, o...)
+}
+
+func (f *faultDB) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
+	if err := f.read(ctx, "BatchGetItem", ""); err != nil {
+		return nil, err
+	}
+	return f.DynamoDB.BatchGetItem(ctx, in, o...)
+}
+
+func (f *faultDB) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (out *dynamodb.PutItemOutput, err error) {
+	err = f.write(ctx, "PutItem", dbSubject(in.Item), func() (e error) { out, e = f.DynamoDB.PutItem(ctx, in, o...); return })
+	return out, err
+}
+
+func (f *faultDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (out *dynamodb.UpdateItemOutput, err error) {
+	err = f.write(ctx, "UpdateItem", dbSubject(in.Key), func() (e error) { out, e = f.DynamoDB.UpdateItem(ctx, in, o...); return })
+	return out, err
+}
+
+func (f *faultDB) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, o ...func(*dynamodb.Options)) (out *dynamodb.DeleteItemOutput, err error) {
+	err = f.write(ctx, "DeleteItem", dbSubject(in.Key), func() (e error) { out, e = f.DynamoDB.DeleteItem(ctx, in, o...); return })
+	return out, err
+}
+
+func (f *faultDB) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, o ...func(*dynamodb.Options)) (out *dynamodb.TransactWriteItemsOutput, err error) {
+	subject := ""
+	if len(in.TransactItems) > 0 {
+		it := in.TransactItems[0]
+		switch {
+		case it.Put != nil:
+			subject = dbSubject(it.Put.Item)
+		case it.Update != nil:
+			subject = dbSubject(it.Update.Key)
+		case it.ConditionCheck != nil:
+			subject = dbSubject(it.ConditionCheck.Key)
+		case it.Delete != nil:
+			subject = dbSubject(it.Delete.Key)
+		}
+	}
+	err = f.write(ctx, "TransactWriteItems", subject, func() (e error) { out, e = f.DynamoDB.TransactWriteItems(ctx, in, o...); return })
+	return out, err
+}
+
+// --- SQS sends ---
+
+type faultSQS struct {
+	messages.SQS
+	p *plan
+}
+
+func (f *faultSQS) SendMessage(ctx context.Context, in *sqs.SendMessageInput, o ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
+	subject := aws.ToString(in.MessageDeduplicationId)
+	if subject == "" {
+		subject = aws.ToString(in.MessageBody)
+	}
+	if f.p.hit(ctx, fCrashBeforeSend, "send-before", subject, pCrashSend) {
+		return nil, crashErr("before sending " + subject)
+	}
+	out, err := f.SQS.SendMessage(ctx, in, o...)
+	if err == nil && f.p.hit(ctx, fCrashAfterSend, "send-after", subject, pCrashSend) {
+		return nil, crashErr("after sending " + subject)
+	}
+	return out, err
+}
+
+// --- protocol steps ---
+
+// hook crashes a handler at a step, or stalls it there past the queue's
+// visibility timeout so that its message is delivered again meanwhile.
+func (s *scheduler) hook(ctx context.Context, step pipeline.Step, subject string) error {
+	switch {
+	case s.plan.hit(ctx, fCrashAtStep, "step-crash "+string(step), subject, pCrashStep):
+		return crashErr(fmt.Sprintf("at %s (%s)", step, subject))
+	case s.plan.hit(ctx, fStall, "step-stall "+string(step), subject, pStall):
+		select {
+		case <-time.After(s.visibility + 500*time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// --- deliveries ---
+
+// scheduler owns one seed's delivery-level faults: it wraps each handler
+// so that messages are handled one at a time (each under its receive count
+// and, for block ops, its op), some delayed, some delivered twice — at once
+// (as when a visibility timeout expires mid-work) or after the first.
+type scheduler struct {
+	plan       *plan
+	clock      *testworld.Clock
+	visibility time.Duration
+	lease      time.Duration
+	deps       *pipeline.Deps // set once the world is built
+
+	rogues   sync.WaitGroup
+	inRogue  atomic.Int64
+	rogueSeq atomic.Int64
+}
+
+// handlerOf builds the handler of function name over deps.
+func handlerOf(name string, d *pipeline.Deps) runner.Handler {
+	switch name {
+	case "planner":
+		return pipeline.Planner{Deps: d}.Handle
+	case "compact":
+		return pipeline.Compact{Deps: d}.Handle
+	case "cleaner":
+		return pipeline.Cleaner{Deps: d}.Handle
+	case "uploader":
+		return pipeline.Uploader{Deps: d}.Handle
+	}
+	panic("chaos: unknown function " + name)
+}
+
+func (s *scheduler) wrap(name string, h runner.Handler) runner.Handler {
+	return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+		var resp events.SQSEventResponse
+		failed := map[string]bool{}
+		for _, m := range ev.Records {
+			group := m.Attributes["MessageGroupId"]
+			fail := func() {
+				resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: m.MessageId})
+				if group != "" {
+					failed[group] = true
+				}
+			}
+			if group != "" && failed[group] {
+				fail()
+				continue
+			}
+			n, _ := strconv.Atoi(m.Attributes["ApproximateReceiveCount"])
+			mctx := withReceive(ctx, max(n, 1))
+			subject := name + " " + m.Body
+			if s.plan.hit(mctx, fDelayDelivery, "delay", subject, pDelayDelivery) {
+				fail()
+				continue
+			}
+			if name == "uploader" {
+				if msg, err := messages.Decode(m.Body); err == nil {
+					if op, ok := msg.(messages.BlockOp); ok {
+						mctx = testworld.WithOp(mctx, op)
+					}
+				}
+			}
+			one := events.SQSEvent{Records: []events.SQSMessage{m}}
+			if s.plan.hit(mctx, fDupConcurrent, "dup-concurrent", subject, pDupConcurrent) {
+				s.rogue(ctx, name, mctx, one, subject)
+			}
+			r, err := h(mctx, one)
+			if err != nil || len(r.BatchItemFailures) > 0 {
+				fail()
+				continue
+			}
+			if s.plan.hit(mctx, fDupSequential, "dup-sequential", subject, pDupSequential) {
+				_, _ = handlerOf(name, s.deps)(withReceive(mctx, 99), one)
+			}
+		}
+		return resp, nil
+	}
+}
+
+// rogue delivers a copy of a message to another instance of the function,
+// concurrently: what SQS does when a visibility timeout expires while the
+// first copy is still being worked on. A compaction job's copy may run on
+// an instance whose clock is a lease ahead, so it takes the partition over.
+func (s *scheduler) rogue(ctx context.Context, name string, mctx context.Context, ev events.SQSEvent, subject string) {
+	d := *s.deps
+	d.Owner = fmt.Sprintf("rogue-%d", s.rogueSeq.Add(1))
+	if name == "compact" && s.plan.roll("skew", subject) < pSkewedTakeover {
+		s.plan.count(fSkewedTakeover)
+		d.Now = s.clock.Skewed(s.lease + time.Second)
+	}
+	rctx := withReceive(context.WithoutCancel(mctx), 99)
+	s.rogues.Add(1)
+	s.inRogue.Add(1)
+	go func() {
+		defer s.rogues.Done()
+		defer s.inRogue.Add(-1)
+		_, _ = handlerOf(name, &d)(rctx, ev)
+	}()
+}
+
+// sortedKeys lists a count map's keys, biggest count first.
+func sortedKeys(m map[string]int) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if m[keys[i]] != m[keys[j]] {
+			return m[keys[i]] > m[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	return keys
+}
+
+func percent(a, b int) string {
+	if b == 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(math.Round(1000*float64(a)/float64(b))/10, 'f', 1, 64) + "%"
+}
+
+var (
+	ulidRE   = regexp.MustCompile(`[0-9A-HJKMNP-TV-Z]{26}`)
+	uuidRE   = regexp.MustCompile(`[0-9a-fA-F]{8}-[0-9a-fA-F-]{27}`)
+	numberRE = regexp.MustCompile(`[0-9]{6,}`)
+)
+
+func normalise(s string) string {
+	s = ulidRE.ReplaceAllString(s, "U")
+	s = uuidRE.ReplaceAllString(s, "V")
+	return numberRE.ReplaceAllString(s, "N")
+}
