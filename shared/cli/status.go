@@ -62,7 +62,7 @@ superseded version), REJECTED (never compacted; the reason is shown).`,
 					return err
 				}
 				st := records.NewStore(c.DynamoDB, cfg.Table, quietLogger())
-				rep, err := GatherStatus(ctx, st, c.DynamoDB, c.SQS, cfg, StatusOptions{Tenant: *tenant, AllGroups: *all || *asJSON})
+				rep, err := GatherStatus(ctx, st, c.SQS, cfg, StatusOptions{Tenant: *tenant, AllGroups: *all || *asJSON})
 				if err != nil {
 					return err
 				}
@@ -192,13 +192,13 @@ var blockStates = []records.BlockState{
 }
 
 // GatherStatus reads the report.
-func GatherStatus(ctx context.Context, st *records.Store, db TableQuerier, q SQSAPI, cfg config.Config, opts StatusOptions) (*StatusReport, error) {
+func GatherStatus(ctx context.Context, st *records.Store, q SQSAPI, cfg config.Config, opts StatusOptions) (*StatusReport, error) {
 	now := opts.Now
 	if now.IsZero() {
 		now = time.Now()
 	}
 	rep := &StatusReport{At: now.UTC(), Bucket: cfg.Bucket, Table: cfg.Table, Tenants: []TenantStatus{}, Queues: []QueueStatus{}}
-	tenants, err := listTenants(ctx, st, db, cfg.Table)
+	tenants, err := listTenants(ctx, st)
 	if err != nil {
 		return nil, err
 	}

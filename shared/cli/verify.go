@@ -61,7 +61,7 @@ but not counted. Exit 0 when all hold; exit 1 with every offending key.`,
 					return err
 				}
 				st := records.NewStore(c.DynamoDB, cfg.Table, quietLogger())
-				rep, err := Verify(ctx, st, c.DynamoDB, c.S3, cfg, *tenant)
+				rep, err := Verify(ctx, st, c.S3, cfg, *tenant)
 				if err != nil {
 					return err
 				}
@@ -172,7 +172,7 @@ func (b *bucketBlock) latest(file string) (ObjectVersion, bool) {
 
 // Verify checks I2–I4 for tenant ("" = every tenant in the table or the
 // bucket).
-func Verify(ctx context.Context, st *records.Store, db TableQuerier, c S3Reader, cfg config.Config, tenant string) (*VerifyReport, error) {
+func Verify(ctx context.Context, st *records.Store, c S3Reader, cfg config.Config, tenant string) (*VerifyReport, error) {
 	rep := &VerifyReport{Violations: []Violation{}, Notes: []string{}, Tenants: []string{}}
 	root := layoutRoot(cfg.Layout)
 	prefix := root
@@ -218,7 +218,7 @@ func Verify(ctx context.Context, st *records.Store, db TableQuerier, c S3Reader,
 	if tenant != "" {
 		tenants[tenant] = true
 	} else {
-		ts, err := listTenants(ctx, st, db, cfg.Table)
+		ts, err := listTenants(ctx, st)
 		if err != nil {
 			return nil, err
 		}

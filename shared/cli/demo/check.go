@@ -28,7 +28,7 @@ func (r *run) check(ctx context.Context) error {
 			return err
 		}
 	}
-	rep, err := cli.Verify(ctx, store, r.clients.DynamoDB, r.clients.S3, r.cfg, "")
+	rep, err := cli.Verify(ctx, store, r.clients.S3, r.cfg, "")
 	if err != nil {
 		return err
 	}
