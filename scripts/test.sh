@@ -4,7 +4,8 @@
 # missing) and stops again on every exit path.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export AWS_ENDPOINT_URL="${AWS_ENDPOINT_URL:-http://127.0.0.1:4566}"
+export SLUICE_EMULATOR_PORT="${SLUICE_EMULATOR_PORT:-4566}"
+export AWS_ENDPOINT_URL="${AWS_ENDPOINT_URL:-http://127.0.0.1:$SLUICE_EMULATOR_PORT}"
 export AWS_REGION="${AWS_REGION:-us-east-1}" AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-test}" AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-test}"
 GOTEST_FLAGS=${GOTEST_FLAGS:-}
 
