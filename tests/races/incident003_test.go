@@ -25,9 +25,14 @@ type world003 struct {
 	g planning.GroupKey
 }
 
-func newWorld003(t *testing.T) *world003 {
+func newWorld003(t *testing.T) *world003 { return newWorld003With(t, nil) }
+
+func newWorld003With(t *testing.T, configure func(*config.Config)) *world003 {
 	r := newReplay(t, seed003, "tenant", func(c *config.Config) {
 		c.Policy.MaxSeriesPerPartition = 60 // 6 × 40 series → 4 partitions
+		if configure != nil {
+			configure(c)
+		}
 	})
 	return &world003{replay: r, g: planning.GroupKey{Level: 1, RangeStart: day().UnixMilli()}}
 }

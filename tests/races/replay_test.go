@@ -38,6 +38,7 @@ import (
 
 	"github.com/sluice-dev/sluice/localstack/envtest"
 	"github.com/sluice-dev/sluice/localstack/localrun"
+	"github.com/sluice-dev/sluice/shared/awsenv"
 	"github.com/sluice-dev/sluice/shared/blockgen"
 	"github.com/sluice-dev/sluice/shared/config"
 	"github.com/sluice-dev/sluice/shared/messages"
@@ -316,6 +317,13 @@ func (r *replay) finish() {
 		r.t.Fatal(err)
 	}
 	r.t.Logf("online checks made: %v", r.mon.Checks())
+	count := func(c []awsenv.Count) (n int) {
+		for _, x := range c {
+			n += x.N
+		}
+		return n
+	}
+	r.t.Logf("requests to the emulator: %d", count(r.w.Requests.Snapshot())+count(r.w.Env.Counter.Snapshot()))
 }
 
 func (r *replay) nothingDue() bool {

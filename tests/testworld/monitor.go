@@ -327,24 +327,25 @@ func (m *Monitor) judged(ctx context.Context, items []types.TransactWriteItem, w
 	m.writes.Lock()
 	defer m.writes.Unlock()
 	pre := preimage{items: map[string]map[string]types.AttributeValue{}, parts: map[string][]records.Partition{}}
+	var keys [][2]string
 	for _, it := range items {
 		r := refOf(writeKey(it))
 		if r.kind == kindOther || it.ConditionCheck != nil || it.Delete != nil {
 			continue
 		}
-		if err := m.load(ctx, &pre, r.pk, r.sk); err != nil {
-			return write() // cannot judge: let the write through unjudged
+		keys = append(keys, [2]string{r.pk, r.sk})
+		if r.kind == kindPartition {
+			keys = append(keys, [2]string{r.pk, r.headSK})
 		}
-		switch r.kind {
-		case kindPartition:
-			if err := m.load(ctx, &pre, r.pk, r.headSK); err != nil {
+	}
+	if err := m.loadAll(ctx, &pre, keys); err != nil {
+		return write() // cannot judge: let the write through unjudged
+	}
+	for _, it := range items {
+		r := refOf(writeKey(it))
+		if r.kind == kindHead && it.Update != nil && strVal(it.Update.ExpressionAttributeValues, ":to") == string(records.GroupComplete) {
+			if err := m.loadParts(ctx, &pre, r); err != nil {
 				return write()
-			}
-		case kindHead:
-			if it.Update != nil && strVal(it.Update.ExpressionAttributeValues, ":to") == string(records.GroupComplete) {
-				if err := m.loadParts(ctx, &pre, r); err != nil {
-					return write()
-				}
 			}
 		}
 	}
@@ -353,6 +354,38 @@ func (m *Monitor) judged(ctx context.Context, items []types.TransactWriteItem, w
 		m.judge(items, it, pre, err)
 	}
 	return err
+}
+
+// loadAll reads the items (one strongly consistent batch) into pre.
+func (m *Monitor) loadAll(ctx context.Context, pre *preimage, keys [][2]string) error {
+	var req []map[string]types.AttributeValue
+	for _, k := range keys {
+		if _, ok := pre.items[k[0]+"/"+k[1]]; ok {
+			continue
+		}
+		pre.items[k[0]+"/"+k[1]] = nil
+		req = append(req, map[string]types.AttributeValue{"PK": &types.AttributeValueMemberS{Value: k[0]}, "SK": &types.AttributeValueMemberS{Value: k[1]}})
+	}
+	for len(req) > 0 {
+		n := min(len(req), 100)
+		in := &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{m.table: {Keys: req[:n], ConsistentRead: aws.Bool(true)}}}
+		req = req[n:]
+		for len(in.RequestItems) > 0 {
+			res, err := m.raw.BatchGetItem(ctx, in)
+			if err != nil {
+				return err
+			}
+			for _, it := range res.Responses[m.table] {
+				pk, _ := it["PK"].(*types.AttributeValueMemberS)
+				sk, _ := it["SK"].(*types.AttributeValueMemberS)
+				if pk != nil && sk != nil {
+					pre.items[pk.Value+"/"+sk.Value] = it
+				}
+			}
+			in.RequestItems = res.UnprocessedKeys
+		}
+	}
+	return nil
 }
 
 func (m *Monitor) load(ctx context.Context, pre *preimage, pk, sk string) error {
