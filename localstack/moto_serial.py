@@ -68,6 +68,8 @@ log = logging.getLogger("moto_serial")
 
 # How often an emulated long poll looks for messages again.
 LONG_POLL_INTERVAL_S = 0.1
+# How long a TransactWriteItems ClientRequestToken is remembered (DynamoDB: 10 min).
+TOKEN_TTL_S = 600
 
 
 def read_body(environ):
@@ -149,6 +151,7 @@ class SerialisingApp:
         self.app = app
         self.serialise = serialise
         self.lock = threading.Lock()
+        self.tokens = {}
 
     def __call__(self, environ, start_response):
         kind = classify(environ) if self.serialise else ""
@@ -158,8 +161,44 @@ class SerialisingApp:
         if kind == "sqs-receive":
             return self.receive(environ, body, start_response)
         with self.lock:
-            captured = Captured().call(self.app, environ)
+            captured = self.idempotent(environ, body)
         return captured.replay(start_response)
+
+    def idempotent(self, environ, body):
+        """Honours TransactWriteItems' ClientRequestToken, as DynamoDB does
+        and moto does not: a retried request whose first try succeeded (the
+        client timed out, the SDK sent it again) succeeds again without
+        re-applying it, instead of failing on its own first write. The same
+        token with another request is IdempotentParameterMismatch. Tokens
+        are kept for DynamoDB's ten minutes. Runs under the lock."""
+        token = None
+        if environ.get("HTTP_X_AMZ_TARGET", "").endswith(".TransactWriteItems"):
+            try:
+                token = json.loads(body or b"{}").get("ClientRequestToken")
+            except (ValueError, AttributeError):
+                token = None
+        if not token:
+            return Captured().call(self.app, environ)
+        now = time.monotonic()
+        for t in [t for t, (_, _, at) in self.tokens.items() if now - at > TOKEN_TTL_S]:
+            del self.tokens[t]
+        seen = self.tokens.get(token)
+        if seen is not None:
+            seen_body, seen_resp, _ = seen
+            if seen_body == body:
+                return seen_resp
+            mismatch = Captured()
+            mismatch.status = "400 BAD REQUEST"
+            mismatch.headers = [("Content-Type", "application/x-amz-json-1.0")]
+            mismatch.body = json.dumps({
+                "__type": "com.amazonaws.dynamodb.v20120810#IdempotentParameterMismatchException",
+                "message": "the ClientRequestToken was used with another request",
+            }).encode()
+            return mismatch
+        captured = Captured().call(self.app, environ)
+        if captured.status.startswith("200"):
+            self.tokens[token] = (body, captured, now)
+        return captured
 
     def receive(self, environ, body, start_response):
         """Emulates a long poll by short polls, each under the lock."""
