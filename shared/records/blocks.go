@@ -160,11 +160,11 @@ func blockUpdate(b Block, cond, upd string, vals map[string]types.AttributeValue
 	}
 }
 
+// updateBlock runs one conditional update as a one-item transaction, so
+// that its ClientRequestToken makes an SDK retry of a write that already
+// landed succeed, instead of reporting a lost condition against itself.
 func (st *Store) updateBlock(ctx context.Context, op string, u *types.Update) error {
-	return st.update(ctx, op, &dynamodb.UpdateItemInput{
-		Key: u.Key, ConditionExpression: u.ConditionExpression, UpdateExpression: u.UpdateExpression,
-		ExpressionAttributeNames: u.ExpressionAttributeNames, ExpressionAttributeValues: u.ExpressionAttributeValues,
-	})
+	return st.transact(ctx, op, []types.TransactWriteItem{{Update: u}})
 }
 
 // Claim claims sources for version ref, in transactions of at most 100.

@@ -148,10 +148,6 @@ func retryable(err error) bool {
 // classify turns a failed condition into *ConditionLostError; items are
 // the transaction's items in order, so a cancellation reason points at one.
 func classify(op string, err error, items []types.TransactWriteItem) error {
-	var cc *types.ConditionalCheckFailedException
-	if errors.As(err, &cc) {
-		return &ConditionLostError{Op: op, Item: "item", Current: cc.Item}
-	}
 	var tc *types.TransactionCanceledException
 	if errors.As(err, &tc) {
 		for i, r := range tc.CancellationReasons {
@@ -238,23 +234,6 @@ func (st *Store) retry(ctx context.Context, op string, fn func() error) error {
 			backoff *= 2
 		}
 	}
-}
-
-// update runs one conditional UpdateItem, retrying throttling.
-func (st *Store) update(ctx context.Context, op string, in *dynamodb.UpdateItemInput) error {
-	in.TableName = aws.String(st.table)
-	in.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
-	return st.retry(ctx, op, func() error {
-		_, err := st.db.UpdateItem(ctx, in)
-		if err != nil && !retryable(err) {
-			if lost := classify(op, err, nil); IsConditionLost(lost) {
-				lost.(*ConditionLostError).Item = itemName(in.Key)
-				return lost
-			}
-			return fmt.Errorf("%s: %w", op, err)
-		}
-		return err
-	})
 }
 
 // get reads one item with a strongly consistent read.
