@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -187,11 +188,20 @@ func (c Cleaner) finishComplete(ctx context.Context, head records.Group, parts [
 			}
 			gen, err := c.Store.Retire(ctx, head.Ref(), b, now.Add(c.Config.DeletionDelay), now)
 			if err != nil {
-				if records.IsConditionLost(err) {
-					log.InfoContext(ctx, "retiring a source lost its condition", "block", b.ID, "lost", err)
+				if !records.IsConditionLost(err) {
+					return err
+				}
+				// A rival retired it and may die before its MARK op goes
+				// out: look again, and send the MARK while none is recorded.
+				log.InfoContext(ctx, "retiring a source lost its condition", "block", b.ID, "lost", err)
+				cur, ok, err := c.Store.GetBlock(ctx, b.Tenant, b.ID)
+				if err != nil {
+					return err
+				}
+				if !ok || cur.State != records.BlockRetiring || cur.MarkVersionID != "" {
 					continue
 				}
-				return err
+				gen = cur.Gen
 			}
 			if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpMark, Tenant: b.Tenant, Block: b.ID, Gen: gen}); err != nil {
 				return err
@@ -219,10 +229,15 @@ func (c Cleaner) finishRetired(ctx context.Context, head records.Group, parts []
 	if err := c.orphans(ctx, head, parts); err != nil {
 		return err
 	}
+	// Re-plan before leaving the agenda: once off it, nothing brings the
+	// group back if this step dies.
+	if err := c.replan(ctx, head); err != nil {
+		return err
+	}
 	if err := c.Store.FinishVersion(ctx, head, c.now().Add(c.Config.OrphanDelay)); err != nil && !records.IsConditionLost(err) {
 		return err
 	}
-	return c.replan(ctx, head)
+	return nil
 }
 
 // outputs reads the output records of a version's committed partitions;
@@ -302,27 +317,37 @@ func (c Cleaner) cleanupSuperseded(ctx context.Context, head records.Group) erro
 		return err
 	}
 	for _, b := range outs {
-		if b.State != records.BlockPending {
+		switch b.State {
+		case records.BlockPending:
+			gen, err := c.Store.Discard(ctx, b, now)
+			if err != nil {
+				if records.IsConditionLost(err) {
+					continue
+				}
+				return err
+			}
+			b.Gen = gen
+		case records.BlockDiscarded:
+			// Sent again: a cleanup that died after discarding it lost the op.
+		default:
 			continue
 		}
-		gen, err := c.Store.Discard(ctx, b, now)
-		if err != nil {
-			if records.IsConditionLost(err) {
-				continue
-			}
-			return err
-		}
-		if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpDelete, Tenant: b.Tenant, Block: b.ID, Gen: gen}); err != nil {
+		if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpDelete, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen}); err != nil {
 			return err
 		}
 	}
 	if err := c.orphans(ctx, head, parts); err != nil {
 		return err
 	}
+	// Re-plan before leaving the agenda: once off it, nothing brings the
+	// group back if this cleanup dies.
+	if err := c.replan(ctx, head); err != nil {
+		return err
+	}
 	if err := c.Store.FinishVersion(ctx, head, now.Add(c.Config.OrphanDelay)); err != nil && !records.IsConditionLost(err) {
 		return err
 	}
-	return c.replan(ctx, head)
+	return nil
 }
 
 // orphans deletes every object version under the output keys of a final
@@ -492,30 +517,47 @@ func forEach(ctx context.Context, entries []records.AgendaEntry, limit int, fn f
 	return errs
 }
 
-// deleteRetired moves a RETIRING block past its delay to DELETED and sends
-// its DELETE op.
+// deleteRetired handles a due DEL entry. A RETIRING block is deleted only
+// once its deletion mark is recorded and the delay has passed since then
+// (a MARK op that was lost is sent again, the entry waits); RETIRING →
+// DELETED, then the DELETE op, then the entry goes. A sweep that dies in
+// between finds the block DELETED next time and sends its DELETE op again
+// (ops are idempotent), so no deleted block keeps its objects.
 func (c Cleaner) deleteRetired(ctx context.Context, e records.AgendaEntry) error {
 	b, ok, err := c.Store.GetBlock(ctx, e.Tenant, e.Subject)
 	if err != nil {
 		return err
 	}
-	if !ok || b.State != records.BlockRetiring {
+	now := c.now()
+	switch {
+	case !ok || (b.State != records.BlockRetiring && b.State != records.BlockDeleted):
 		return c.Store.DoneAgenda(ctx, e)
-	}
-	if b.MarkVersionID == "" {
-		c.Logger.WarnContext(ctx, "deleting a retired block whose deletion mark was never recorded", "tenant", b.Tenant, "block", b.ID)
-	}
-	if err := c.step(ctx, "cleaner.before-delete", b.Key()); err != nil {
-		return err
-	}
-	gen, err := c.Store.StartDelete(ctx, b, memberRanges(c.Config.Policy, b.Level, b.MinT, b.MaxT), c.now())
-	if err != nil {
-		if records.IsConditionLost(err) {
-			return nil
+	case b.State == records.BlockRetiring && b.MarkVersionID == "":
+		c.Logger.WarnContext(ctx, "retired block has no recorded deletion mark yet; sending its MARK again", "tenant", b.Tenant, "block", b.ID, "gen", b.Gen)
+		return c.Send.Op(ctx, messages.BlockOp{Op: messages.OpMark, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen})
+	case b.State == records.BlockRetiring && now.UnixMilli() < b.MarkedAt+c.Config.DeletionDelay.Milliseconds():
+		due := time.UnixMilli(b.MarkedAt + c.Config.DeletionDelay.Milliseconds())
+		if err := c.Store.PutAgenda(ctx, records.AgendaDelete, due, b.Tenant, b.ID); err != nil {
+			return err
 		}
+		return c.Store.DoneAgenda(ctx, e)
+	case b.State == records.BlockRetiring:
+		if err := c.step(ctx, "cleaner.before-delete", b.Key()); err != nil {
+			return err
+		}
+		gen, err := c.Store.StartDelete(ctx, b, memberRanges(c.Config.Policy, b.Level, b.MinT, b.MaxT), now)
+		if err != nil {
+			if records.IsConditionLost(err) {
+				return nil // a rival sweep moved it; the next sweep sees where it is
+			}
+			return err
+		}
+		b.Gen = gen
+	}
+	if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpDelete, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen}); err != nil {
 		return err
 	}
-	return c.Send.Op(ctx, messages.BlockOp{Op: messages.OpDelete, Tenant: b.Tenant, Block: b.ID, Gen: gen})
+	return c.Store.DoneAgenda(ctx, e)
 }
 
 func (c Cleaner) secondOrphanSweep(ctx context.Context, e records.AgendaEntry) error {

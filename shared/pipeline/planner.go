@@ -118,8 +118,11 @@ func (p Planner) recognise(ctx context.Context, k blockkey.Key, b records.Block,
 	stray = append(stray, messages.StrayVersion{RelPath: blockkey.MetaFile, VersionID: vid})
 	for _, f := range b.Files {
 		head, err := p.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(p.Config.Bucket), Key: aws.String(k.Object(f.RelPath))})
+		if isNotFound(err) {
+			continue // gone: nothing stray
+		}
 		if err != nil {
-			continue // gone or never re-uploaded: nothing stray
+			return fmt.Errorf("re-upload of %s: head %s: %w", k.BlockKey(), f.RelPath, err)
 		}
 		if v := aws.ToString(head.VersionId); v != "" && v != f.VersionID {
 			stray = append(stray, messages.StrayVersion{RelPath: f.RelPath, VersionID: v})

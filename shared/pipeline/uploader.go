@@ -178,48 +178,8 @@ func (u Uploader) delete(ctx context.Context, k blockkey.Key, b records.Block, l
 			return err
 		}
 	}
-	// A MARK or PUBLISH op writes its object before it records the
-	// version; one whose record update lost to this deletion (or that
-	// crashed in between) left a version no record names. Ops of a key run
-	// in order, so every such write happened before this op: whatever is
-	// left under the marker keys of a deleted block is garbage.
-	strays := 0
-	for _, rel := range []string{blockkey.DeletionMarkFile, blockkey.MetaFile} {
-		n, err := u.deleteUnrecorded(ctx, k.Object(rel), rel, b)
-		if err != nil {
-			return err
-		}
-		strays += n
-	}
-	log.InfoContext(ctx, "block deleted", "versions", len(vs), "unrecorded", strays, "state", b.State)
+	log.InfoContext(ctx, "block deleted", "versions", len(vs), "state", b.State)
 	return nil
-}
-
-// maxUnrecorded bounds the versions deleteUnrecorded removes from one key;
-// with If-None-Match a key holds one version at a time, so more than a few
-// means another writer is at work, and the op fails loudly instead.
-const maxUnrecorded = 4
-
-// deleteUnrecorded deletes the current versions of key that the record
-// does not name, until the key is gone.
-func (u Uploader) deleteUnrecorded(ctx context.Context, key, rel string, b records.Block) (int, error) {
-	for n := 0; n < maxUnrecorded; n++ {
-		head, err := u.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(u.Config.Bucket), Key: aws.String(key)})
-		if isNotFound(err) {
-			return n, nil
-		}
-		if err != nil {
-			return n, fmt.Errorf("head %s: %w", key, err)
-		}
-		vid := aws.ToString(head.VersionId)
-		if b.Names(rel, vid) {
-			return n, fmt.Errorf("delete %s: recorded version %s is still there after its delete", key, vid)
-		}
-		if err := u.deleteVersion(ctx, key, vid); err != nil {
-			return n, err
-		}
-	}
-	return maxUnrecorded, fmt.Errorf("delete %s: more than %d unrecorded versions; another writer is at work", key, maxUnrecorded)
 }
 
 func (u Uploader) deleteVersion(ctx context.Context, key, vid string) error {

@@ -261,30 +261,32 @@ func (st *Store) Retire(ctx context.Context, ref string, b Block, retireAt, now 
 }
 
 // RecordMark records the deletion-mark.json version the uploader wrote for
-// a RETIRING block at gen.
+// a RETIRING block at gen, and when: the deletion delay runs from then.
 func (st *Store) RecordMark(ctx context.Context, tenant, id string, gen int64, vid string, now time.Time) error {
 	b := Block{Tenant: tenant, ID: id}
 	return st.updateBlock(ctx, "marked "+b.Key(), blockUpdate(b,
 		"#st = :retiring AND #gen = :gen",
-		"SET markVid = :vid, updatedAt = :now",
+		"SET markVid = :vid, markedAt = :now, updatedAt = :now",
 		map[string]types.AttributeValue{
 			":retiring": s(string(BlockRetiring)), ":gen": n(gen), ":vid": s(vid), ":now": n(now.UnixMilli()),
 		}))
 }
 
-// StartDelete moves a RETIRING block past its deletion delay to DELETED
-// (expecting the gen read), takes it off the agenda and out of its ranges,
-// and returns the gen the DELETE op carries.
+// StartDelete moves a RETIRING block whose deletion mark is recorded to
+// DELETED (expecting the gen read), takes it out of its ranges, and returns
+// the gen the DELETE op carries. The condition on the mark's version means
+// a MARK op can never lose its record to the deletion, so every mark
+// written is named by the record its DELETE op reads. The agenda entry
+// stays until the DELETE op is sent (the caller removes it).
 func (st *Store) StartDelete(ctx context.Context, b Block, ranges []planning.GroupKey, now time.Time) (int64, error) {
 	items := []types.TransactWriteItem{
 		{Update: blockUpdate(b,
-			"#st = :retiring AND #gen = :gen",
+			"#st = :retiring AND #gen = :gen AND attribute_exists(markVid)",
 			"SET #st = :deleted, #gen = :next, updatedAt = :now",
 			map[string]types.AttributeValue{
 				":retiring": s(string(BlockRetiring)), ":deleted": s(string(BlockDeleted)),
 				":gen": n(b.Gen), ":next": n(b.Gen + 1), ":now": n(now.UnixMilli()),
 			})},
-		{Delete: &types.Delete{Key: key(agendaPK, agendaSK(AgendaDelete, time.UnixMilli(b.RetireAt), b.Tenant, b.ID))}},
 	}
 	for _, g := range ranges {
 		items = append(items, types.TransactWriteItem{Delete: &types.Delete{Key: key(tenantPK(b.Tenant), memberSK(g, b.ID))}})

@@ -78,6 +78,9 @@ type Block struct {
 	Reason         string `dynamodbav:"reason,omitempty"`
 	// RetireAt is when a RETIRING block may be deleted (unix ms).
 	RetireAt int64 `dynamodbav:"retireAt,omitempty"`
+	// MarkedAt is when the deletion mark was recorded (ms); the deletion
+	// delay runs from then.
+	MarkedAt int64 `dynamodbav:"markedAt,omitempty"`
 	// Arrived is when the block was registered or committed (ms).
 	Arrived   int64 `dynamodbav:"arrived"`
 	UpdatedAt int64 `dynamodbav:"updatedAt"`

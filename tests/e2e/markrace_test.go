@@ -16,12 +16,13 @@ import (
 	"github.com/sluice-dev/sluice/tests/testworld"
 )
 
-// A MARK op writes deletion-mark.json, then the sweep moves the block to
-// DELETED before the op records the mark's version (or the op crashes
-// there). The mark's version is then named by no record; the DELETE op that
-// follows in the block key's FIFO order must remove it with the rest, or it
-// is orphaned forever (I4). Found by the demo test under load.
-func TestMarkLosingToDeletionLeavesNoOrphan(t *testing.T) {
+// A MARK op writes deletion-mark.json and then records its version; the
+// sweep's deletion of the block races that gap (or the op dies in it). The
+// deletion must lose until the mark is recorded — otherwise the mark's
+// version is named by no record and its DELETE op leaves it behind for good
+// (I4), as the demo once did under load — and after the DELETE nothing of
+// the block may remain.
+func TestDeletionWaitsForTheRecordedMark(t *testing.T) {
 	for _, crash := range []bool{false, true} {
 		name := map[bool]string{false: "record lost", true: "crash after write"}[crash]
 		t.Run(name, func(t *testing.T) {
@@ -55,10 +56,10 @@ func TestMarkLosingToDeletionLeavesNoOrphan(t *testing.T) {
 				if step != "uploader.mark-written" {
 					return nil
 				}
-				// The sweep's deletion lands between the write and its record.
+				// The sweep's deletion comes between the write and its record.
 				b, _, _ := w.Store.GetBlock(ctx, "acme", id)
-				if _, err := w.Store.StartDelete(ctx, b, nil, time.Now()); err != nil {
-					t.Errorf("start delete: %v", err)
+				if _, err := w.Store.StartDelete(ctx, b, nil, time.Now()); !records.IsConditionLost(err) {
+					t.Errorf("deletion before the mark is recorded: %v, want a lost condition", err)
 				}
 				if crash {
 					return errCrash
@@ -70,12 +71,20 @@ func TestMarkLosingToDeletionLeavesNoOrphan(t *testing.T) {
 			if crash != errors.Is(err, errCrash) {
 				t.Fatalf("mark: %v", err)
 			}
-			// The redelivered MARK (after a crash) is stale and dropped.
+			// SQS redelivers the MARK that died; it adopts its own write.
 			deps.Hook = nil
 			if err := up.Execute(ctx, messages.BlockOp{Op: messages.OpMark, Tenant: "acme", Block: id, Gen: markGen}); err != nil {
-				t.Fatalf("stale mark: %v", err)
+				t.Fatalf("mark again: %v", err)
 			}
-			if err := up.Execute(ctx, messages.BlockOp{Op: messages.OpDelete, Tenant: "acme", Block: id, Gen: markGen + 1}); err != nil {
+			b, _, _ = w.Store.GetBlock(ctx, "acme", id)
+			if b.MarkVersionID == "" {
+				t.Fatal("the mark was never recorded")
+			}
+			delGen, err := w.Store.StartDelete(ctx, b, nil, time.Now())
+			if err != nil {
+				t.Fatalf("deletion after the mark is recorded: %v", err)
+			}
+			if err := up.Execute(ctx, messages.BlockOp{Op: messages.OpDelete, Tenant: "acme", Block: id, Gen: delGen}); err != nil {
 				t.Fatalf("delete: %v", err)
 			}
 			k, _ := testworld.BlockKeyOf(w.Config.Layout, "acme", blocks[0].Dir)
