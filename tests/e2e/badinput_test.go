@@ -26,8 +26,10 @@ import (
 // DLQ with its body intact. Meanwhile another tenant's work completes.
 func TestBadInputIsIsolated(t *testing.T) {
 	t.Parallel()
+	// Visibility long enough that a slow (loaded) handler is never
+	// redelivered while it works: only the poison should reach the DLQ.
 	w := testworld.New(t, testworld.Options{Env: []envtest.Option{
-		envtest.WithVisibilityTimeout(time.Second), envtest.WithMaxReceiveCount(2)}})
+		envtest.WithVisibilityTimeout(5 * time.Second), envtest.WithMaxReceiveCount(2)}})
 	ctx := context.Background()
 	bucket := aws.String(w.Config.Bucket)
 	put := func(key, body string) {
