@@ -26,13 +26,15 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluice-dev/sluice/localstack/envtest"
 	"github.com/sluice-dev/sluice/localstack/localrun"
-	"github.com/sluice-dev/sluice/localstack/runner"
 	"github.com/sluice-dev/sluice/shared/config"
+	"github.com/sluice-dev/sluice/shared/messages"
+	"github.com/sluice-dev/sluice/shared/pipeline"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/tests/testworld"
 )
@@ -41,9 +43,11 @@ var (
 	flagSeed     = flag.Int64("seed", envInt("CHAOS_SEED", -1), "run only this seed (a replay); env CHAOS_SEED")
 	flagSeeds    = flag.Int("seeds", int(envInt("CHAOS_SEEDS", 30)), "how many seeds to run; env CHAOS_SEEDS")
 	flagFirst    = flag.Int64("first", envInt("CHAOS_FIRST", 1), "first seed; env CHAOS_FIRST")
-	flagParallel = flag.Int("chaos.parallel", int(envInt("CHAOS_PARALLEL", 8)), "seeds run at once; env CHAOS_PARALLEL")
+	flagParallel = flag.Int("chaos.parallel", int(envInt("CHAOS_PARALLEL", 6)), "seeds run at once; env CHAOS_PARALLEL")
 	flagReport   = flag.String("report", os.Getenv("CHAOS_REPORT"), "also write the report to this file; env CHAOS_REPORT")
 )
+
+var debugSettle = os.Getenv("CHAOS_DEBUG") != ""
 
 func envInt(name string, def int64) int64 {
 	if v, err := strconv.ParseInt(os.Getenv(name), 10, 64); err == nil {
@@ -56,7 +60,7 @@ func envInt(name string, def int64) int64 {
 // production, a job runs shorter than its lease, the lease is shorter than
 // the orphan delay, and nothing waits for the deletion delay but deletes.
 const (
-	visibility    = 2 * time.Second
+	visibility    = 1500 * time.Millisecond
 	leaseDuration = 15 * time.Second
 	redriveAfter  = 6 * time.Second
 	stuckAfter    = 40 * time.Second
@@ -73,6 +77,7 @@ type result struct {
 	checks     map[string]int
 	violations []string
 	blocks     int
+	requests   map[string]int // by service: DynamoDB, S3, SQS
 }
 
 func replayCommand(seed int64) string {
@@ -148,12 +153,10 @@ func runSeed(t *testing.T, seed int64, pl pool) result {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
 	clock := &testworld.Clock{}
 	sched := &scheduler{plan: p, clock: clock, visibility: visibility, lease: leaseDuration}
-	maxSeries := []uint64{6, 12, 24, 64}[rng.IntN(4)]
+	maxSeries := []uint64{8, 16, 64}[rng.IntN(3)]
 	w := testworld.New(t, testworld.Options{
-		Env: []envtest.Option{envtest.WithVisibilityTimeout(visibility), envtest.WithLogLevel(slog.LevelInfo)},
-		Pipeline: localrun.Options{Now: clock.Now, Wrap: func(name string, h runner.Handler) runner.Handler {
-			return sched.wrap(name, h)
-		}},
+		Env:      []envtest.Option{envtest.WithLogLevel(slog.LevelInfo)},
+		Pipeline: localrun.Options{Now: clock.Now},
 		Configure: func(c *config.Config) {
 			c.Policy.Ranges = chaosRanges
 			c.Policy.MaxSeriesPerPartition = maxSeries
@@ -162,16 +165,32 @@ func runSeed(t *testing.T, seed int64, pl pool) result {
 		},
 	})
 	mon := testworld.NewMonitor(w)
+	b := newBus(seed, p, 30*time.Second, visibility)
+	notes := &notifier{bucket: w.Config.Bucket, queue: w.Config.Queues.BlockEvents, send: b, plan: p,
+		rng: rand.New(rand.NewPCG(uint64(seed), 0xe7e))}
 	d := w.Pipeline.Deps
 	d.Store = records.NewStore(&faultDB{DynamoDB: mon.DynamoDB(w.Env.Clients.DynamoDB), p: p}, w.Config.Table, d.Logger)
-	d.S3 = &faultS3{S3: mon.S3(d.S3), p: p}
-	d.Send.SQS = &faultSQS{SQS: d.Send.SQS, p: p}
+	d.S3 = &faultS3{S3: mon.S3(&notifyS3{S3: d.S3, notify: func(ctx context.Context, key, vid string) {
+		if err := notes.created(ctx, key, vid); err != nil {
+			t.Errorf("notify %s: %v", key, err)
+		}
+	}}), p: p}
+	d.Send = messages.Sender{SQS: &faultSQS{SQS: b, p: p}, Queues: w.Config.Queues}
 	d.Hook = testworld.ChainHooks(sched.hook, mon.Hook)
 	sched.deps = d
+	for _, q := range w.Env.Deployment.Resources.Queues {
+		name := string(q.Consumer)
+		b.addQueue(name, w.Env.Deployment.QueueURLs[q.ID], q.FIFO, q.BatchSize, min(q.MaxConcurrency, 4),
+			sched.wrap(name, functionHandler(name, d)))
+	}
 
-	// Two or three tenants of the pool.
+	// Two tenants of the pool, now and then three.
+	n := 2
+	if rng.IntN(4) == 0 {
+		n = 3
+	}
 	var tenants []tenantBlocks
-	for _, i := range rng.Perm(len(pl))[:2+rng.IntN(len(pl)-1)] {
+	for _, i := range rng.Perm(len(pl))[:n] {
 		tenants = append(tenants, pl[i])
 	}
 	var names []string
@@ -184,7 +203,15 @@ func runSeed(t *testing.T, seed int64, pl pool) result {
 
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout+time.Minute)
 	defer cancel()
-	wl := &workload{w: w, plan: p, rng: rand.New(rand.NewPCG(uint64(seed), 0x10ad)), tenants: tenants}
+	runCtx, stop := context.WithCancel(ctx)
+	var running sync.WaitGroup
+	running.Add(2)
+	go func() { defer running.Done(); b.run(runCtx) }()
+	// The schedule's sweep, every second.
+	sweeps := &sweeper{deps: d}
+	go func() { defer running.Done(); sweeps.run(runCtx, time.Second) }()
+
+	wl := &workload{w: w, plan: p, rng: rand.New(rand.NewPCG(uint64(seed), 0x10ad)), tenants: tenants, notes: notes}
 	var loadErr error
 	loaded := make(chan struct{})
 	go func() {
@@ -194,7 +221,7 @@ func runSeed(t *testing.T, seed int64, pl pool) result {
 	// One clock jump, at a seeded moment: re-drives, lease expiry, or a
 	// version that looks stuck.
 	go func() {
-		sleep(ctx, time.Duration(3000+rng.IntN(8000))*time.Millisecond)
+		sleep(ctx, time.Duration(2000+rng.IntN(6000))*time.Millisecond)
 		jumps := []time.Duration{redriveAfter + time.Second, leaseDuration + time.Second, stuckAfter + time.Second}
 		if j := jumps[rng.IntN(len(jumps))]; ctx.Err() == nil {
 			p.count(fClockJump)
@@ -203,6 +230,7 @@ func runSeed(t *testing.T, seed int64, pl pool) result {
 		}
 	}()
 
+	var idleSince time.Time
 	settled := func(ctx context.Context) (bool, error) {
 		select {
 		case <-loaded:
@@ -212,12 +240,27 @@ func runSeed(t *testing.T, seed int64, pl pool) result {
 		if loadErr != nil {
 			return false, loadErr
 		}
-		if sched.inRogue.Load() > 0 {
+		if !b.idle() || sched.inRogue.Load() > 0 || sweeps.busy() {
+			idleSince = time.Time{}
 			return false, nil
 		}
 		ok, err := w.Quiescent(ctx, names...)
-		if err != nil || !ok {
+		if err != nil {
 			return false, err
+		}
+		if !ok {
+			// Nothing runs and nothing is queued, yet work is left: the
+			// pipeline waits for time — a lost job to be re-sent
+			// (RedriveAfter), a stuck version to be superseded
+			// (StuckAfter). Nothing runs that the jump could overtake.
+			if idleSince.IsZero() {
+				idleSince = time.Now()
+			} else if time.Since(idleSince) > time.Second {
+				clock.Advance(redriveAfter + time.Second)
+				p.count(fIdleJump)
+				idleSince = time.Time{}
+			}
+			return false, nil
 		}
 		// Quiescent and nothing runs: let the delays pass — deletions,
 		// second orphan sweeps — rather than wait for them.
@@ -241,9 +284,30 @@ func runSeed(t *testing.T, seed int64, pl pool) result {
 		}
 		return false, nil
 	}
-	if err := w.Pipeline.Settle(ctx, 1500*time.Millisecond, settleTimeout, settled); err != nil {
-		res.violations = append(res.violations, fmt.Sprintf("liveness: %v", err))
+	deadline := time.Now().Add(settleTimeout)
+	var lastState time.Time
+	for {
+		ok, err := settled(ctx)
+		if err != nil {
+			res.violations = append(res.violations, fmt.Sprintf("settle: %v", err))
+			break
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			res.violations = append(res.violations, fmt.Sprintf("liveness: not quiescent after %v (bus idle %v, %d sent, %d delivered)",
+				settleTimeout, b.idle(), b.sent.Load(), b.delivered.Load()))
+			break
+		}
+		if debugSettle && time.Since(lastState) > 2*time.Second {
+			lastState = time.Now()
+			t.Logf("settle: %s; rogues %d, sweeping %v, clock +%v", b.state(), sched.inRogue.Load(), sweeps.busy(), clock.Offset())
+		}
+		sleep(ctx, 500*time.Millisecond)
 	}
+	stop()
+	running.Wait()
 	sched.rogues.Wait()
 
 	if err := w.CheckQuiescent(ctx, names...); err != nil {
@@ -252,11 +316,8 @@ func runSeed(t *testing.T, seed int64, pl pool) result {
 		}
 	}
 	res.violations = append(res.violations, mon.Violations()...)
-	for id, url := range w.Env.Deployment.DLQURLs {
-		n, err := runner.Pending(ctx, w.Env.Clients.SQS, url)
-		if err == nil && n > 0 {
-			res.violations = append(res.violations, fmt.Sprintf("liveness: %d messages in the %s DLQ", n, id))
-		}
+	for _, m := range b.deadLetters() {
+		res.violations = append(res.violations, fmt.Sprintf("liveness: in a DLQ: %s", m))
 	}
 	res.faults = p.faults()
 	res.checks = mon.Checks()
@@ -271,8 +332,22 @@ func runSeed(t *testing.T, seed int64, pl pool) result {
 	}
 	if len(res.violations) > 0 {
 		describe(t, w, names, strings.Join(res.violations, " "))
+		if os.Getenv("CHAOS_KEEP") == "" {
+			if err := w.DeleteResources(context.Background()); err != nil {
+				t.Logf("delete the seed's resources: %v", err)
+			}
+		} else {
+			t.Logf("CHAOS_KEEP: resources kept")
+		}
 	}
 	t.Logf("seed %d: %v, faults %v", seed, res.took.Round(time.Millisecond), res.faults)
+	res.requests = map[string]int{}
+	for _, c := range append(w.Requests.Snapshot(), w.Env.Counter.Snapshot()...) {
+		svc, _, _ := strings.Cut(c.Operation, " ")
+		res.requests[svc] += c.N
+	}
+	t.Logf("requests to the emulator: %v", res.requests)
+	t.Logf("messages: %d sent, %d delivered", b.sent.Load(), b.delivered.Load())
 	return res
 }
 
@@ -291,6 +366,31 @@ func describe(t *testing.T, w *testworld.World, tenants []string, violations str
 		for _, g := range groups {
 			t.Logf("group %s: %s, %d partitions, sources %v", g.Ref(), g.State, g.Partitions, g.Sources)
 		}
+	}
+}
+
+// sweeper is the schedule that invokes the cleaner's sweep.
+type sweeper struct {
+	deps    *pipeline.Deps
+	running atomic.Bool
+}
+
+func (s *sweeper) busy() bool { return s.running.Load() }
+
+func (s *sweeper) run(ctx context.Context, every time.Duration) {
+	tk := time.NewTicker(every)
+	defer tk.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tk.C:
+		}
+		s.running.Store(true)
+		if err := (pipeline.Cleaner{Deps: s.deps}).Sweep(ctx); err != nil && ctx.Err() == nil {
+			s.deps.Logger.ErrorContext(ctx, "sweep failed", "err", err)
+		}
+		s.running.Store(false)
 	}
 }
 
@@ -327,6 +427,16 @@ func report(results []result, failed []int64, wall time.Duration) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "chaos: %d seeds in %v (slowest seed %v), %d failed\n", len(results), wall.Round(time.Second), slowest.Round(time.Second), len(failed))
+	reqs := map[string]int{}
+	for _, r := range results {
+		for k, v := range r.requests {
+			reqs[k] += v
+		}
+	}
+	if n := len(results); n > 0 {
+		fmt.Fprintf(&b, "emulator requests per seed: DynamoDB %d, S3 %d, SQS %d (provisioning, pipeline and checks)\n",
+			reqs["DynamoDB"]/n, reqs["S3"]/n, reqs["SQS"]/n)
+	}
 	fmt.Fprintf(&b, "faults injected: %d\n", nFaults)
 	for _, k := range sortedKeys(faults) {
 		fmt.Fprintf(&b, "  %6d  %s\n", faults[k], k)
@@ -354,4 +464,3 @@ func firstLine(s string) string {
 	}
 	return s
 }
-

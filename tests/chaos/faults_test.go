@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,7 +23,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go"
 
-	"github.com/sluice-dev/sluice/localstack/runner"
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/pipeline"
 	"github.com/sluice-dev/sluice/shared/records"
@@ -31,44 +31,48 @@ import (
 
 // Fault kinds, as counted in the report.
 const (
-	fCrashBeforeS3     = "crash before an S3 call"
-	fCrashAfterS3      = "crash after an S3 call"
-	fThrottleS3        = "S3 throttling (SlowDown)"
-	fCrashBeforeDB     = "crash before a DynamoDB call"
-	fCrashAfterDB      = "crash after a DynamoDB write"
-	fThrottleDB        = "DynamoDB throttling"
-	fCrashBeforeSend   = "crash before an SQS send"
-	fCrashAfterSend    = "crash after an SQS send"
-	fCrashAtStep       = "crash at a protocol step"
-	fStall             = "visibility timeout expiring mid-work"
-	fDelayDelivery     = "delivery delayed (redelivered later)"
-	fDupConcurrent     = "duplicate delivery, concurrent"
-	fDupSequential     = "duplicate delivery, after the first"
-	fSkewedTakeover    = "lease expiry by a skewed clock (duplicate job ahead by a lease)"
-	fClockJump         = "clock jump"
-	fDupEvent          = "S3 event duplicated (delayed, reordered)"
-	fReupload          = "shipper re-upload of a block"
-	fLateBlock         = "late block"
-	fShuffledUploads   = "uploads reordered"
+	fCrashBeforeS3   = "crash before an S3 call"
+	fCrashAfterS3    = "crash after an S3 call"
+	fThrottleS3      = "S3 throttling (SlowDown)"
+	fCrashBeforeDB   = "crash before a DynamoDB call"
+	fCrashAfterDB    = "crash after a DynamoDB write"
+	fThrottleDB      = "DynamoDB throttling"
+	fCrashBeforeSend = "crash before an SQS send"
+	fCrashAfterSend  = "crash after an SQS send"
+	fCrashAtStep     = "crash at a protocol step"
+	fStall           = "handler stalls at a step (a slow invocation)"
+	fShortVisible    = "visibility timeout expiring mid-work (redelivered while running)"
+	fDelayDelivery   = "delivery delayed (redelivered later)"
+	fDupConcurrent   = "duplicate delivery, concurrent"
+	fDupSequential   = "duplicate delivery, after the first"
+	fSkewedTakeover  = "lease expiry by a skewed clock (duplicate job ahead by a lease)"
+	fClockJump       = "clock jump"
+	fIdleJump        = "time passes while idle (re-drive and supersede deadlines)"
+	fDupEvent        = "S3 event duplicated (delayed, reordered)"
+	fReupload        = "shipper re-upload of a block"
+	fLateBlock       = "late block"
+	fShuffledUploads = "uploads reordered"
 )
 
-// Probabilities per occasion (a call, a step, a delivery). Faults are
-// injected only into a message's first two receives (and into calls made
-// outside any message, like the sweep), so with five receives before the
-// DLQ every message gets through: faults test safety, not stamina.
+// Probabilities per occasion (a call, a step, a delivery). A message gets
+// at most faultsPerMsg faults that can fail it, over all its deliveries
+// (calls outside any message, like the sweep's, get any number): with five
+// receives before the DLQ every message gets through — the faults test
+// safety, not stamina.
 const (
-	pCrashS3        = 0.015
-	pThrottleS3     = 0.01
-	pCrashDB        = 0.01
-	pThrottleDB     = 0.02
-	pCrashSend      = 0.015
-	pCrashStep      = 0.02
+	pCrashS3        = 0.01
+	pThrottleS3     = 0.005
+	pCrashDB        = 0.008
+	pThrottleDB     = 0.01
+	pCrashSend      = 0.01
+	pCrashStep      = 0.015
 	pStall          = 0.01
-	pDelayDelivery  = 0.04
-	pDupConcurrent  = 0.05
-	pDupSequential  = 0.03
+	pDelayDelivery  = 0.03
+	pDupConcurrent  = 0.04
+	pDupSequential  = 0.02
 	pSkewedTakeover = 0.4 // of concurrent duplicates of a compaction job
-	maxFaultReceive = 2
+	pShortVisible   = 0.03
+	faultsPerMsg    = 2
 )
 
 // plan makes every fault decision of one seed. A decision is a hash of
@@ -76,13 +80,29 @@ const (
 // so it does not depend on how goroutines interleave: replaying a seed
 // injects the same faults into the same calls.
 type plan struct {
-	seed   int64
-	mu     sync.Mutex
-	seen   map[string]int
-	counts sync.Map // kind → *atomic.Int64
+	seed    int64
+	mu      sync.Mutex
+	seen    map[string]int
+	budgets map[string]*atomic.Int32
+	counts  sync.Map // kind → *atomic.Int64
 }
 
-func newPlan(seed int64) *plan { return &plan{seed: seed, seen: map[string]int{}} }
+func newPlan(seed int64) *plan {
+	return &plan{seed: seed, seen: map[string]int{}, budgets: map[string]*atomic.Int32{}}
+}
+
+// budget is message id's fault budget, shared by all its deliveries.
+func (p *plan) budget(id string) *atomic.Int32 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b, ok := p.budgets[id]
+	if !ok {
+		b = new(atomic.Int32)
+		b.Store(faultsPerMsg)
+		p.budgets[id] = b
+	}
+	return b
+}
 
 // roll is a uniform number in [0, 1) for the n-th occasion of (site,
 // subject). Subjects are normalised — ULIDs, VersionIds and timestamps
@@ -114,10 +134,18 @@ func mix64(x uint64) uint64 {
 	return x ^ x>>31
 }
 
-// hit decides one fault and counts it.
+// hit decides one fault and counts it. Throttling of DynamoDB is retried
+// inside the store, so it does not spend the message's budget.
 func (p *plan) hit(ctx context.Context, kind, site, subject string, prob float64) bool {
-	if !faultsAllowed(ctx) || p.roll(site, subject) >= prob {
+	b, _ := ctx.Value(budgetKey{}).(*atomic.Int32)
+	if b != nil && b.Load() <= 0 {
 		return false
+	}
+	if p.roll(site, subject) >= prob {
+		return false
+	}
+	if b != nil && kind != fThrottleDB {
+		b.Add(-1)
 	}
 	p.count(kind)
 	return true
@@ -137,18 +165,17 @@ func (p *plan) faults() map[string]int {
 	return out
 }
 
-// --- context: which receive of a message a call belongs to ---
+// --- context: the fault budget of the message a call works for ---
 
-type receiveKey struct{}
+type budgetKey struct{}
 
-func withReceive(ctx context.Context, n int) context.Context {
-	return context.WithValue(ctx, receiveKey{}, n)
+func withBudget(ctx context.Context, b *atomic.Int32) context.Context {
+	return context.WithValue(ctx, budgetKey{}, b)
 }
 
-func faultsAllowed(ctx context.Context) bool {
-	n, ok := ctx.Value(receiveKey{}).(int)
-	return !ok || n <= maxFaultReceive
-}
+// noFaults is the budget of duplicate deliveries: they race, they do not
+// crash.
+func noFaults(ctx context.Context) context.Context { return withBudget(ctx, new(atomic.Int32)) }
 
 var errCrash = errors.New("chaos: crashed")
 
@@ -344,6 +371,25 @@ func (f *faultDB) TransactWriteItems(ctx context.Context, in *dynamodb.TransactW
 	return out, err
 }
 
+// --- S3 notifications ---
+
+// notifyS3 sends an ObjectCreated notification for every meta.json the
+// pipeline writes, as the bucket's notification configuration does. It
+// sits right above the real client: a write that went through notifies,
+// whatever a fault makes the caller believe.
+type notifyS3 struct {
+	pipeline.S3
+	notify func(ctx context.Context, key, versionID string)
+}
+
+func (n *notifyS3) PutObject(ctx context.Context, in *s3.PutObjectInput, o ...func(*s3.Options)) (*s3.PutObjectOutput, error) {
+	out, err := n.S3.PutObject(ctx, in, o...)
+	if err == nil && strings.HasSuffix(aws.ToString(in.Key), "/meta.json") {
+		n.notify(ctx, aws.ToString(in.Key), aws.ToString(out.VersionId))
+	}
+	return out, err
+}
+
 // --- SQS sends ---
 
 type faultSQS struct {
@@ -368,15 +414,15 @@ func (f *faultSQS) SendMessage(ctx context.Context, in *sqs.SendMessageInput, o 
 
 // --- protocol steps ---
 
-// hook crashes a handler at a step, or stalls it there past the queue's
-// visibility timeout so that its message is delivered again meanwhile.
+// hook crashes a handler at a step, or stalls it there for a second (the
+// rival deliveries the bus makes meanwhile get ahead of it).
 func (s *scheduler) hook(ctx context.Context, step pipeline.Step, subject string) error {
 	switch {
 	case s.plan.hit(ctx, fCrashAtStep, "step-crash "+string(step), subject, pCrashStep):
 		return crashErr(fmt.Sprintf("at %s (%s)", step, subject))
 	case s.plan.hit(ctx, fStall, "step-stall "+string(step), subject, pStall):
 		select {
-		case <-time.After(s.visibility + 500*time.Millisecond):
+		case <-time.After(time.Second):
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -402,22 +448,7 @@ type scheduler struct {
 	rogueSeq atomic.Int64
 }
 
-// handlerOf builds the handler of function name over deps.
-func handlerOf(name string, d *pipeline.Deps) runner.Handler {
-	switch name {
-	case "planner":
-		return pipeline.Planner{Deps: d}.Handle
-	case "compact":
-		return pipeline.Compact{Deps: d}.Handle
-	case "cleaner":
-		return pipeline.Cleaner{Deps: d}.Handle
-	case "uploader":
-		return pipeline.Uploader{Deps: d}.Handle
-	}
-	panic("chaos: unknown function " + name)
-}
-
-func (s *scheduler) wrap(name string, h runner.Handler) runner.Handler {
+func (s *scheduler) wrap(name string, h handler) handler {
 	return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 		var resp events.SQSEventResponse
 		failed := map[string]bool{}
@@ -433,8 +464,7 @@ func (s *scheduler) wrap(name string, h runner.Handler) runner.Handler {
 				fail()
 				continue
 			}
-			n, _ := strconv.Atoi(m.Attributes["ApproximateReceiveCount"])
-			mctx := withReceive(ctx, max(n, 1))
+			mctx := withBudget(ctx, s.plan.budget(m.MessageId))
 			subject := name + " " + m.Body
 			if s.plan.hit(mctx, fDelayDelivery, "delay", subject, pDelayDelivery) {
 				fail()
@@ -457,7 +487,7 @@ func (s *scheduler) wrap(name string, h runner.Handler) runner.Handler {
 				continue
 			}
 			if s.plan.hit(mctx, fDupSequential, "dup-sequential", subject, pDupSequential) {
-				_, _ = handlerOf(name, s.deps)(withReceive(mctx, 99), one)
+				_, _ = functionHandler(name, s.deps)(noFaults(mctx), one)
 			}
 		}
 		return resp, nil
@@ -475,13 +505,13 @@ func (s *scheduler) rogue(ctx context.Context, name string, mctx context.Context
 		s.plan.count(fSkewedTakeover)
 		d.Now = s.clock.Skewed(s.lease + time.Second)
 	}
-	rctx := withReceive(context.WithoutCancel(mctx), 99)
+	rctx := noFaults(context.WithoutCancel(mctx))
 	s.rogues.Add(1)
 	s.inRogue.Add(1)
 	go func() {
 		defer s.rogues.Done()
 		defer s.inRogue.Add(-1)
-		_, _ = handlerOf(name, &d)(rctx, ev)
+		_, _ = functionHandler(name, &d)(rctx, ev)
 	}()
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -12,7 +13,7 @@ import (
 
 	"github.com/sluice-dev/sluice/shared/blockgen"
 	"github.com/sluice-dev/sluice/shared/blockkey"
-	"github.com/sluice-dev/sluice/shared/spec"
+	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/tests/testworld"
 )
 
@@ -35,34 +36,37 @@ type tenantBlocks struct {
 type pool []tenantBlocks
 
 // span is an 8h span that ended two days ago.
-func span() time.Time { return time.Now().UTC().Truncate(24*time.Hour).Add(-48 * time.Hour) }
+func span() time.Time { return time.Now().UTC().Truncate(24 * time.Hour).Add(-48 * time.Hour) }
 
 func generatePool(dir string) (pool, error) {
 	start := span()
 	type profile struct {
 		tenant string
 		o      blockgen.Options
+		late   []time.Duration // where late blocks start
 	}
 	profiles := []profile{
-		// Thanos sidecar blocks with files listed and native histograms.
-		{"acme", blockgen.Options{Series: 12, Histograms: true, ThanosFiles: true}},
+		// Thanos sidecar blocks, files listed, native histograms: one 4h range.
+		{"acme", blockgen.Options{Blocks: 2, Series: 12, Histograms: true, ThanosFiles: true}, []time.Duration{2 * time.Hour}},
 		// Replicated ingesters: every range twice, identical samples.
-		{"beta", blockgen.Options{Series: 10, ReplicationFactor: 2, ThanosFiles: true}},
+		{"beta", blockgen.Options{Blocks: 2, Series: 10, ReplicationFactor: 2, ThanosFiles: true}, []time.Duration{2 * time.Hour}},
 		// Plain Prometheus blocks: meta.json lists no files (one LIST each).
-		{"gamma", blockgen.Options{Series: 14}},
+		{"gamma", blockgen.Options{Blocks: 2, Series: 14}, []time.Duration{2 * time.Hour}},
+		// Two 4h ranges, so the 8h level runs too; late blocks meet it.
+		{"delta", blockgen.Options{Blocks: 4, Series: 8, ThanosFiles: true}, []time.Duration{2 * time.Hour, 6 * time.Hour}},
 	}
 	var out pool
 	for i, p := range profiles {
 		o := p.o
-		o.Tenant, o.Start, o.Blocks, o.SamplesPerSeries, o.Seed = p.tenant, start, 4, 12, int64(i+1)
+		o.Tenant, o.Start, o.SamplesPerSeries, o.Seed = p.tenant, start, 12, int64(i+1)
 		bs, err := blockgen.Generate(filepath.Join(dir, p.tenant), o)
 		if err != nil {
 			return nil, err
 		}
 		tb := tenantBlocks{tenant: p.tenant, blocks: bs}
-		// Late: a copy of the 2h–4h range with 4 more series (same seed, so
-		// the shared series hold the same samples), and one of 6h–8h.
-		for _, at := range []time.Duration{2 * time.Hour, 6 * time.Hour} {
+		// A late block repeats a range with 4 more series (same seed: the
+		// shared series hold the same samples).
+		for _, at := range p.late {
 			l := o
 			l.Start, l.Blocks, l.ReplicationFactor, l.Series = start.Add(at), 1, 1, o.Series+4
 			lb, err := blockgen.Generate(filepath.Join(dir, p.tenant, fmt.Sprintf("late-%v", at)), l)
@@ -84,6 +88,7 @@ type workload struct {
 	plan    *plan
 	rng     *rand.Rand
 	tenants []tenantBlocks
+	notes   *notifier
 }
 
 func (wl *workload) run(ctx context.Context) error {
@@ -100,70 +105,106 @@ func (wl *workload) run(ctx context.Context) error {
 	wl.rng.Shuffle(len(ups), func(i, j int) { ups[i], ups[j] = ups[j], ups[i] })
 	wl.plan.count(fShuffledUploads)
 	for _, u := range ups {
-		wl.w.Upload(ctx, u.tenant, u.b.Dir)
-		if wl.rng.Float64() < 0.3 {
-			if err := wl.event(ctx, u.tenant, u.b.Dir, wl.rng.IntN(5)); err != nil {
-				return err
-			}
+		if err := wl.upload(ctx, u.tenant, u.b.Dir, true); err != nil {
+			return err
 		}
-		sleep(ctx, time.Duration(wl.rng.IntN(300))*time.Millisecond)
+		sleep(ctx, time.Duration(wl.rng.IntN(200))*time.Millisecond)
 	}
 	// Late blocks arrive while (or after) the first versions run.
-	sleep(ctx, time.Duration(2000+wl.rng.IntN(6000))*time.Millisecond)
+	sleep(ctx, time.Duration(500+wl.rng.IntN(4000))*time.Millisecond)
 	for _, t := range wl.tenants {
 		for _, b := range t.late {
 			if wl.rng.Float64() < 0.6 {
 				wl.plan.count(fLateBlock)
-				wl.w.Upload(ctx, t.tenant, b.Dir)
-				if wl.rng.Float64() < 0.3 {
-					if err := wl.event(ctx, t.tenant, b.Dir, wl.rng.IntN(5)); err != nil {
-						return err
-					}
+				if err := wl.upload(ctx, t.tenant, b.Dir, true); err != nil {
+					return err
 				}
-				sleep(ctx, time.Duration(wl.rng.IntN(2000))*time.Millisecond)
+				sleep(ctx, time.Duration(wl.rng.IntN(1000))*time.Millisecond)
 			}
 		}
 	}
 	// A shipper that retries uploads a block it already shipped.
 	if wl.rng.Float64() < 0.5 {
 		u := ups[wl.rng.IntN(len(ups))]
-		sleep(ctx, time.Duration(wl.rng.IntN(4000))*time.Millisecond)
+		sleep(ctx, time.Duration(wl.rng.IntN(3000))*time.Millisecond)
 		wl.plan.count(fReupload)
-		if err := testworld.UploadBlock(ctx, wl.w.Env.Clients.S3, wl.w.Config.Bucket, wl.w.Config.Layout, u.tenant, u.b.Dir); err != nil {
-			return err
-		}
+		return wl.upload(ctx, u.tenant, u.b.Dir, false)
 	}
 	return nil
 }
 
-// event sends another S3 notification for a block's meta.json, delayed by
-// delay seconds: S3's at-least-once delivery, late and out of order.
-// Half of them are shaped as AWS sends them (URL-encoded key, zoned time,
-// a sequencer), half as the emulator does.
-func (wl *workload) event(ctx context.Context, tenant, dir string, delay int) error {
+// upload ships one block — every file, then meta.json — and lets S3 notify
+// (the notification may be duplicated and delayed). record adds it to the
+// inputs I1 compares with (a re-upload adds nothing new).
+func (wl *workload) upload(ctx context.Context, tenant, dir string, record bool) error {
+	if record {
+		wl.w.Upload(ctx, tenant, dir)
+	} else if err := testworld.UploadBlock(ctx, wl.w.Env.Clients.S3, wl.w.Config.Bucket, wl.w.Config.Layout, tenant, dir); err != nil {
+		return err
+	}
 	k, err := testworld.BlockKeyOf(wl.w.Config.Layout, tenant, dir)
 	if err != nil {
 		return err
 	}
-	key := k.Object(blockkey.MetaFile)
+	return wl.notes.created(ctx, k.Object(blockkey.MetaFile), "")
+}
+
+// notifier sends S3 ObjectCreated notifications to the planner's queue, as
+// the bucket does: at least once — some duplicated, some delayed (and so
+// reordered). Half are shaped as AWS sends them (URL-encoded key, zoned
+// time, sequencer, versionId when known), half as the emulator does (no
+// sequencer or versionId, a time without zone).
+type notifier struct {
+	bucket string
+	queue  string
+	send   messages.SQS
+	plan   *plan
+	mu     sync.Mutex
+	rng    *rand.Rand
+}
+
+func (e *notifier) created(ctx context.Context, key, versionID string) error {
+	e.mu.Lock()
+	awsShape := e.rng.IntN(2) == 0
+	delay := 0
+	if e.rng.Float64() < 0.15 {
+		delay = 1 + e.rng.IntN(4)
+	}
+	dup := e.rng.Float64() < 0.25
+	dupDelay := e.rng.IntN(5)
+	e.mu.Unlock()
+	if delay > 0 || dup {
+		e.plan.count(fDupEvent)
+	}
+	if err := e.send1(ctx, key, versionID, awsShape, delay); err != nil {
+		return err
+	}
+	if dup {
+		return e.send1(ctx, key, versionID, !awsShape, dupDelay)
+	}
+	return nil
+}
+
+func (e *notifier) send1(ctx context.Context, key, versionID string, awsShape bool, delay int) error {
 	now := time.Now().UTC()
 	var body string
-	if wl.rng.IntN(2) == 0 {
+	if awsShape {
+		vid := ""
+		if versionID != "" {
+			vid = fmt.Sprintf(`,"versionId":%q`, versionID)
+		}
 		body = fmt.Sprintf(`{"Records":[{"eventVersion":"2.1","eventSource":"aws:s3","awsRegion":"us-east-1",`+
 			`"eventTime":"%s","eventName":"ObjectCreated:Put","s3":{"s3SchemaVersion":"1.0","bucket":{"name":%q,`+
-			`"arn":"arn:aws:s3:::%s"},"object":{"key":%q,"size":1}}}]}`,
-			now.Format("2006-01-02T15:04:05.000"), wl.w.Config.Bucket, wl.w.Config.Bucket, key)
+			`"arn":"arn:aws:s3:::%s"},"object":{"key":%q,"size":1,"eTag":"0"%s,"sequencer":"%016X"}}}]}`,
+			now.Format(time.RFC3339Nano), e.bucket, e.bucket, urlEncode(key), vid, now.UnixNano())
 	} else {
 		body = fmt.Sprintf(`{"Records":[{"eventVersion":"2.1","eventSource":"aws:s3","awsRegion":"us-east-1",`+
 			`"eventTime":"%s","eventName":"ObjectCreated:Put","s3":{"s3SchemaVersion":"1.0","bucket":{"name":%q,`+
-			`"arn":"arn:aws:s3:::%s"},"object":{"key":%q,"size":1,"sequencer":"%016X"}}}]}`,
-			now.Format(time.RFC3339Nano), wl.w.Config.Bucket, wl.w.Config.Bucket, urlEncode(key), now.UnixNano())
+			`"arn":"arn:aws:s3:::%s"},"object":{"key":%q,"size":1}}}]}`,
+			now.Format("2006-01-02T15:04:05.000"), e.bucket, e.bucket, key)
 	}
-	wl.plan.count(fDupEvent)
-	_, err = wl.w.Env.Clients.SQS.SendMessage(ctx, &sqs.SendMessageInput{
-		QueueUrl: aws.String(wl.w.Env.Deployment.QueueURLs[spec.BlockEvents]), MessageBody: aws.String(body),
-		DelaySeconds: int32(delay),
-	})
+	_, err := e.send.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(e.queue), MessageBody: aws.String(body),
+		DelaySeconds: int32(delay)})
 	return err
 }
 

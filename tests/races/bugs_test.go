@@ -22,8 +22,9 @@ import (
 
 // Protocol bugs the chaos run found, each replayed here deterministically:
 // a handler dies (or an AWS call fails) at one point, and the pipeline
-// must still converge with I1–I4 intact. These tests fail until the bug is
-// fixed; docs/proofs.md names the seed that found each and the fix.
+// must still converge with I1–I4 intact. They failed until c9cb5f1; they
+// stay as regression tests. docs/proofs.md names the seed that found each
+// and the fix.
 
 var errDied = errors.New("races: the handler died here")
 
@@ -256,6 +257,40 @@ func TestBugRecogniseIgnoresFailedHead(t *testing.T) {
 			if err := wait(t, w.goEvent(w.main, ev)); err != nil {
 				t.Fatal(err)
 			}
+		}
+	}
+	w.finish()
+}
+
+// TestBugReuploadOrphanedWhenDeleteRunsFirst (chaos seed 4 at 8ccebc6;
+// 004's timeline with the other order): a retired source's DELETE op is
+// delayed; its shipper uploads the block again; the DELETE runs before the
+// planner has seen the re-upload's notification. At 8ccebc6 the DELETE
+// removed every unrecorded version of meta.json too — the re-upload's —
+// but not the re-upload's index and chunks; the notification then found
+// meta.json gone ("gone before it was registered; skipping") and nothing
+// ever deleted the re-uploaded index and chunks (I4). Since c9cb5f1 the
+// DELETE names only recorded versions again, and the re-upload is
+// recognised and deleted as strays.
+func TestBugReuploadOrphanedWhenDeleteRunsFirst(t *testing.T) {
+	t.Parallel()
+	w := newWorld004(t)
+	w.upload(corpus.v1...)
+	w.pump(w.main, nil)
+	w.wantState(w.g, 1, records.GroupRetired)
+	x := blockID(corpus.v1[3])
+	w.clock.Advance(deletionDelay + time.Second)
+	w.sweep(w.main)
+	del := w.takeOne(isOp(messages.OpDelete, x))
+	w.pump(w.main, nil)
+	w.reupload(corpus.v1[3])
+	evs := w.takeEvents() // the re-upload's notification, not yet delivered
+	if err := w.deliver(w.main, del); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs {
+		if err := wait(t, w.goEvent(w.main, ev)); err != nil {
+			t.Fatal(err)
 		}
 	}
 	w.finish()

@@ -58,6 +58,7 @@ type Monitor struct {
 	violations []string
 	checks     map[string]int
 	commits    []CommitAttempt
+	final      map[string]records.Block // blocks read DELETED or DISCARDED: final states
 }
 
 // CommitAttempt is one commit transaction the Monitor saw.
@@ -73,6 +74,7 @@ func NewMonitor(w *World) *Monitor {
 	return &Monitor{
 		table: w.Config.Table, bucket: w.Config.Bucket, layout: w.Config.Layout,
 		raw: w.Env.Clients.DynamoDB, rawS3: w.Env.Clients.S3, checks: map[string]int{},
+		final: map[string]records.Block{},
 	}
 }
 
@@ -617,7 +619,25 @@ func (m *Monitor) judgeBlockUpdate(r itemRef, u *types.Update, pre preimage) {
 	}
 }
 
+// block reads a block record; one read DELETED or DISCARDED is
+// remembered, those states being final.
 func (m *Monitor) block(ctx context.Context, tenant, id string) (records.Block, bool, error) {
+	m.mu.Lock()
+	b, ok := m.final[tenant+"/"+id]
+	m.mu.Unlock()
+	if ok {
+		return b, true, nil
+	}
+	b, ok, err := m.readBlock(ctx, tenant, id)
+	if err == nil && ok && (b.State == records.BlockDeleted || b.State == records.BlockDiscarded) {
+		m.mu.Lock()
+		m.final[tenant+"/"+id] = b
+		m.mu.Unlock()
+	}
+	return b, ok, err
+}
+
+func (m *Monitor) readBlock(ctx context.Context, tenant, id string) (records.Block, bool, error) {
 	res, err := m.raw.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(m.table), ConsistentRead: aws.Bool(true),
 		Key: map[string]types.AttributeValue{"PK": &types.AttributeValueMemberS{Value: "T#" + tenant}, "SK": &types.AttributeValueMemberS{Value: "B#" + id}}})
 	if err != nil {
