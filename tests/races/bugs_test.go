@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -22,9 +23,10 @@ import (
 
 // Protocol bugs the chaos run found, each replayed here deterministically:
 // a handler dies (or an AWS call fails) at one point, and the pipeline
-// must still converge with I1–I4 intact. They failed until c9cb5f1; they
-// stay as regression tests. docs/proofs.md names the seed that found each
-// and the fix.
+// must still converge with I1–I4 intact. All but the last failed until
+// c9cb5f1 and stay as regression tests; TestBugLateEventForDeletedVersion
+// fails until its one-line fix lands. docs/proofs.md names the seed that
+// found each and the fix.
 
 var errDied = errors.New("races: the handler died here")
 
@@ -294,4 +296,32 @@ func TestBugReuploadOrphanedWhenDeleteRunsFirst(t *testing.T) {
 		}
 	}
 	w.finish()
+}
+
+// TestBugLateEventForDeletedVersion (chaos seed 30): S3 notifications are
+// at least once and may come late; AWS's carry the object's versionId. A
+// late copy of a meta.json notification whose version has since been
+// deleted (the block was compacted, retired and deleted — or it was a
+// re-upload deleted as strays) makes the planner GET a version that is
+// gone: S3 answers 404 NoSuchVersion, which the planner takes for a real
+// failure (it skips only NoSuchKey). The message fails on every receive
+// and ends in the DLQ.
+func TestBugLateEventForDeletedVersion(t *testing.T) {
+	t.Parallel()
+	w := newWorld004(t)
+	w.upload(corpus.v1...)
+	w.finish() // compacted, retired, deleted
+	src := w.block(blockID(corpus.v1[0]))
+	if src.State != records.BlockDeleted {
+		t.Fatalf("source is %s", src.State)
+	}
+	key := w.tenant + "/" + src.ID + "/meta.json"
+	body := `{"Records":[{"eventVersion":"2.1","eventSource":"aws:s3","awsRegion":"us-east-1",` +
+		`"eventTime":"` + time.Now().UTC().Format(time.RFC3339Nano) + `","eventName":"ObjectCreated:Put",` +
+		`"s3":{"s3SchemaVersion":"1.0","bucket":{"name":"` + w.w.Config.Bucket + `","arn":"arn:aws:s3:::` + w.w.Config.Bucket + `"},` +
+		`"object":{"key":"` + key + `","size":1,"versionId":"` + src.MetaVersionID + `","sequencer":"0062E99A88DC407460"}}}]}`
+	late := events.SQSMessage{MessageId: "late-copy", Body: body, Attributes: map[string]string{"ApproximateReceiveCount": "1"}}
+	if err := wait(t, w.goEvent(w.main, late)); err != nil {
+		t.Fatalf("a late notification of a deleted version fails the planner (SQS retries it into the DLQ): %v", err)
+	}
 }
