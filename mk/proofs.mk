@@ -1,0 +1,47 @@
+# Proofs (docs/proofs.md): the incident replays, the chaos run, the fuzz
+# targets of the decoders. Included by the Makefile; `make test` runs all of
+# them too (the chaos run with 30 seeds, the fuzz targets on their seed
+# corpora).
+#
+#   make chaos SEEDS=500       500 seeds (default 100); the report is printed
+#                              and kept in .sluice/chaos-report.txt
+#   make chaos SEED=17         replay one seed (what a failing seed prints)
+#   make races                 the incident replays and the bug replays
+#   make fuzz-proofs           each decoder's fuzz target for FUZZTIME (30s)
+
+.PHONY: chaos races fuzz-proofs
+
+SEEDS ?= 100
+SEED ?=
+FIRST_SEED ?= 1
+CHAOS_PARALLEL ?= 6
+CHAOS_REPORT ?= .sluice/chaos-report.txt
+FUZZTIME ?= 30s
+
+# with-emulator runs $(1) with the emulator up, starting it (and stopping it
+# afterwards) only when none answers, as scripts/test.sh does.
+define with-emulator
+	@started=0; \
+	if ! bash localstack/start.sh --check >/dev/null 2>&1; then started=1; bash localstack/start.sh || exit 1; fi; \
+	$(1); status=$$?; \
+	if [ $$started = 1 ]; then bash localstack/stop.sh || true; fi; \
+	exit $$status
+endef
+
+## chaos: the seeded fault-injection run, SEEDS seeds from FIRST_SEED (or only SEED), CHAOS_PARALLEL at once
+chaos:
+	@mkdir -p $(dir $(CHAOS_REPORT)) && rm -f $(CHAOS_REPORT)
+	$(call with-emulator,CHAOS_SEEDS=$(SEEDS) CHAOS_FIRST=$(FIRST_SEED) CHAOS_SEED=$(if $(SEED),$(SEED),-1) \
+	  CHAOS_PARALLEL=$(CHAOS_PARALLEL) CHAOS_REPORT=$(CURDIR)/$(CHAOS_REPORT) SLUICE_REQUIRE_EMULATOR=1 \
+	  $(GO) test ./tests/chaos -run '^TestChaos$$' -count=1 -timeout 12h; status=$$?; \
+	  cat $(CHAOS_REPORT) 2>/dev/null; (exit $$status))
+
+## races: the step-by-step replays of the three incidents, their variants and the bugs found
+races:
+	$(call with-emulator,SLUICE_REQUIRE_EMULATOR=1 $(GO) test ./tests/races -count=1 -timeout 30m)
+
+## fuzz-proofs: fuzz the meta.json parser, the SQS message decoder and the S3 event decoder for FUZZTIME each
+fuzz-proofs:
+	$(GO) test ./shared/blockmeta/ -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./shared/messages/ -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./shared/s3event/ -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
