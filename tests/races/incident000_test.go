@@ -252,12 +252,13 @@ func TestIncident000StaleJobBeforeLease(t *testing.T) {
 }
 
 // TestIncident000StaleJobOfSupersededVersion: version 1 gets stuck (its
-// partition 0 job runs far longer than anything should) and the cleaner's
-// sweep supersedes it; the next plan is version 2 over the same blocks plus
-// the late block. The stale job of v1/p0 then finishes: its commit is
-// fenced, and the objects it uploaded under v1/p0's key — which no record
-// names — are deleted by v1's second orphan sweep. Nothing of version 1's
-// sources is lost: they were released, not retired.
+// partition 0 job runs far longer than anything should, partition 1's job
+// is late) and the cleaner's sweep supersedes it; the next plan is version
+// 2 over the same blocks plus the late block. Partition 1's job then
+// arrives: its lease is fenced. The stale job of v1/p0 finishes: its commit
+// is fenced, and the objects it uploaded under v1/p0's key — which no
+// record names — are deleted by v1's second orphan sweep. Nothing of
+// version 1's sources is lost: they were released, not retired.
 func TestIncident000StaleJobOfSupersededVersion(t *testing.T) {
 	t.Parallel()
 	w := newWorld000(t, "tenant", nil)
@@ -266,7 +267,8 @@ func TestIncident000StaleJobOfSupersededVersion(t *testing.T) {
 	job0 := w.takeOne(isJob(1, 0))
 	read := stale.steps.At("compact.after-read", "@v1/p0")
 	staleDone := w.goDeliver(stale, job0)
-	read.Wait(t, 30*time.Second) // leased and read; uploads after v1 is final
+	read.Wait(t, 30*time.Second)   // leased and read; uploads after v1 is final
+	job1 := w.takeOne(isJob(1, 1)) // delivered only after v1 is superseded
 	w.runJobs(1, 0)
 	// No progress for longer than StuckAfter: the sweep supersedes v1 and
 	// the cleanup re-plans (the late block arrives meanwhile).
@@ -284,6 +286,14 @@ func TestIncident000StaleJobOfSupersededVersion(t *testing.T) {
 				t.Fatalf("output %s of superseded v1 is %s", b.ID, b.State)
 			}
 		}
+	}
+	// A late copy of v1/p1's job finds its partition PENDING — and its
+	// version superseded: the lease is fenced, nothing is written.
+	if err := w.deliver(w.actor("late-job-p1", nil), job1); err != nil {
+		t.Fatal(err)
+	}
+	if p := w.partitions(w.g, 1)[1]; p.Attempt != 0 || p.State != records.PartitionPending {
+		t.Fatalf("a job of superseded v1 leased p1: %s attempt %d", p.State, p.Attempt)
 	}
 	commit := stale.steps.At("compact.before-commit", "@v1/p0")
 	read.Release()

@@ -309,3 +309,30 @@ func TestIncident004StaleOpsDropped(t *testing.T) {
 	t.Logf("%d late PUBLISH/MARK ops dropped", len(late))
 	w.finish()
 }
+
+// TestIncident004PublishDelayedPastDeletionDelay: the ops of different keys
+// have no order between them. Version 1 completes; one output's PUBLISH is
+// delayed — longer than the deletion delay. The sources may be marked and
+// deleted only once every output is published (the cleaner waits), so a
+// reader keeps seeing every sample: through the sources while the output
+// is unpublished, through the outputs afterwards.
+func TestIncident004PublishDelayedPastDeletionDelay(t *testing.T) {
+	t.Parallel()
+	w := newWorld004(t)
+	w.upload(corpus.v1...)
+	held := func(m testworld.Mail) bool {
+		op, ok := m.Msg.(messages.BlockOp)
+		return ok && op.Op == messages.OpPublish && w.partitions(w.g, 1)[0].Output == op.Block
+	}
+	w.pump(w.main, held)
+	if len(w.mb.Peek(held)) != 1 {
+		t.Fatal("no PUBLISH of p0's output was held")
+	}
+	for round := 0; round < 3; round++ {
+		w.clock.Advance(deletionDelay + time.Minute)
+		w.sweep(w.main)
+		w.pump(w.main, held)
+		w.readable("while p0's output waits to be published")
+	}
+	w.finish()
+}
