@@ -115,14 +115,15 @@ func (p *Pipeline) Settle(ctx context.Context, quiet, timeout time.Duration, don
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
-		if err := p.Runner.RunUntilIdle(ctx, quiet); err != nil {
-			return fmt.Errorf("localrun: pipeline did not settle: %w", err)
-		}
 		// The runner's timers restart with each RunUntilIdle; sweep once
 		// here so due work (deletions, closed ranges) is found even when
-		// quiet is shorter than the sweep interval.
+		// quiet is shorter than the sweep interval — then let what it sent
+		// drain before looking.
 		if err := p.Sweep(ctx); err != nil {
 			p.opts.Logger.WarnContext(ctx, "sweep failed while settling", "err", err)
+		}
+		if err := p.Runner.RunUntilIdle(ctx, quiet); err != nil {
+			return fmt.Errorf("localrun: pipeline did not settle: %w", err)
 		}
 		ok, err := done(ctx)
 		if err != nil {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/sluice-dev/sluice/localstack/envtest"
 	"github.com/sluice-dev/sluice/localstack/localrun"
+	"github.com/sluice-dev/sluice/localstack/runner"
 	"github.com/sluice-dev/sluice/shared/awsenv"
 	"github.com/sluice-dev/sluice/shared/blockgen"
 	"github.com/sluice-dev/sluice/shared/blockkey"
@@ -197,9 +198,15 @@ func (w *World) Blocks(ctx context.Context, tenant string) []records.Block {
 }
 
 // Quiescent reports whether a tenant's pipeline has nothing left to do:
-// no unfinished version, no block between states, nothing waiting for its
-// deletion delay.
+// no message queued or in flight, no unfinished version, no block between
+// states, nothing waiting for its deletion delay.
 func (w *World) Quiescent(ctx context.Context, tenants ...string) (bool, error) {
+	for _, url := range w.Env.Deployment.QueueURLs {
+		n, err := runner.Pending(ctx, w.Env.Clients.SQS, url)
+		if err != nil || n > 0 {
+			return false, err
+		}
+	}
 	for _, tenant := range tenants {
 		groups, err := w.Store.TenantGroups(ctx, tenant)
 		if err != nil {
