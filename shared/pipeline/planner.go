@@ -11,7 +11,6 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/blockmeta"
@@ -71,9 +70,10 @@ func (p Planner) handleObject(ctx context.Context, o s3event.ObjectCreated) erro
 	log := p.Logger.With("tenant", k.Tenant, "block", k.Block.String())
 	body, vid, err := p.getObject(ctx, o.Key, o.VersionID)
 	if err != nil {
-		var nsk *s3types.NoSuchKey
-		if errors.As(err, &nsk) {
-			log.WarnContext(ctx, "meta.json is gone before it was registered; skipping", "key", o.Key)
+		if isNotFound(err) {
+			// NoSuchKey, or NoSuchVersion for a late event whose version
+			// was deleted since (compacted and retired, or a stray).
+			log.WarnContext(ctx, "meta.json (version) is gone; skipping a late event", "key", o.Key, "version", o.VersionID)
 			return nil
 		}
 		return err
