@@ -30,6 +30,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
+
 	"github.com/sluice-dev/sluice/localstack/envtest"
 	"github.com/sluice-dev/sluice/localstack/localrun"
 	"github.com/sluice-dev/sluice/shared/config"
@@ -164,6 +168,13 @@ func runSeed(t *testing.T, seed int64, pl pool) result {
 			c.DeletionDelay, c.OrphanDelay = deletionDelay, orphanDelay
 		},
 	})
+	// The bus delivers S3's notifications (notifyS3, the workload): the
+	// bucket's own would pile up in the real block-events queue.
+	if _, err := w.Env.Clients.S3.PutBucketNotificationConfiguration(context.Background(), &s3.PutBucketNotificationConfigurationInput{
+		Bucket: aws.String(w.Config.Bucket), NotificationConfiguration: &s3types.NotificationConfiguration{},
+	}); err != nil {
+		t.Fatalf("chaos: turn the bucket's notifications off: %v", err)
+	}
 	mon := testworld.NewMonitor(w)
 	b := newBus(seed, p, 30*time.Second, visibility)
 	notes := &notifier{bucket: w.Config.Bucket, queue: w.Config.Queues.BlockEvents, send: b, plan: p,

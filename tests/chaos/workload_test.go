@@ -128,6 +128,7 @@ func (wl *workload) run(ctx context.Context) error {
 		u := ups[wl.rng.IntN(len(ups))]
 		sleep(ctx, time.Duration(wl.rng.IntN(3000))*time.Millisecond)
 		wl.plan.count(fReupload)
+		wl.w.T.Logf("shipper uploads %s/%s again", u.tenant, filepath.Base(u.b.Dir))
 		return wl.upload(ctx, u.tenant, u.b.Dir, false)
 	}
 	return nil

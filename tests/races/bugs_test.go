@@ -23,10 +23,10 @@ import (
 
 // Protocol bugs the chaos run found, each replayed here deterministically:
 // a handler dies (or an AWS call fails) at one point, and the pipeline
-// must still converge with I1–I4 intact. All but the last failed until
+// must still converge with I1–I4 intact. The first seven failed until
 // c9cb5f1 and stay as regression tests; TestBugLateEventForDeletedVersion
-// fails until its one-line fix lands. docs/proofs.md names the seed that
-// found each and the fix.
+// and TestBugUploadedTwiceBeforeRegistration fail until their fixes land.
+// docs/proofs.md names the seed that found each and the fix.
 
 var errDied = errors.New("races: the handler died here")
 
@@ -324,4 +324,19 @@ func TestBugLateEventForDeletedVersion(t *testing.T) {
 	if err := wait(t, w.goEvent(w.main, late)); err != nil {
 		t.Fatalf("a late notification of a deleted version fails the planner (SQS retries it into the DLQ): %v", err)
 	}
+}
+
+// TestBugUploadedTwiceBeforeRegistration (chaos seed 25): a shipper
+// uploads a block, then — its upload retried, before the planner has seen
+// the first notification — uploads it again. Registration reads meta.json
+// and each file at their current versions: the second upload's. Its
+// notification is then "a duplicate event", and the first upload's
+// versions — meta.json, index, chunks — belong to no record; nothing ever
+// deletes them (I4), not even when the block is deleted after compaction.
+func TestBugUploadedTwiceBeforeRegistration(t *testing.T) {
+	t.Parallel()
+	w := newWorld004(t)
+	w.upload(corpus.v1...)
+	w.reupload(corpus.v1[5]) // before any notification is handled
+	w.finish()
 }

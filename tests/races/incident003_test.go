@@ -182,13 +182,19 @@ func TestIncident003TakeoverRacingCompletion(t *testing.T) {
 	if err := wait(t, t2); err != nil {
 		t.Fatal(err)
 	}
-	// p3: the takeover leases first, then the holder tries to commit.
+	// p3: the takeover leases first; while it works, the holder tries to
+	// commit (refused: the lease is no longer its own); then the takeover
+	// commits.
 	take3 := w.actor("takeover-p3", nil)
-	if err := w.deliver(take3, job3); err != nil {
-		t.Fatal(err)
-	}
+	tc3 := take3.steps.At("compact.before-commit", "@v1/p3")
+	t3 := w.goDeliver(take3, job3)
+	tc3.Wait(t, 30*time.Second)
 	c3.Release()
 	if err := wait(t, h3); err != nil {
+		t.Fatal(err)
+	}
+	tc3.Release()
+	if err := wait(t, t3); err != nil {
 		t.Fatal(err)
 	}
 	for p, want := range map[string]string{"@v1/p2": "holder-p2", "@v1/p3": "takeover-p3"} {
