@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"math"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -528,13 +526,6 @@ func sortedKeys(m map[string]int) []string {
 		return keys[i] < keys[j]
 	})
 	return keys
-}
-
-func percent(a, b int) string {
-	if b == 0 {
-		return "-"
-	}
-	return strconv.FormatFloat(math.Round(1000*float64(a)/float64(b))/10, 'f', 1, 64) + "%"
 }
 
 var (
