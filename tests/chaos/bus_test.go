@@ -314,6 +314,13 @@ func (b *bus) invoke(ctx context.Context, d delivery) {
 		}
 		if m.receipt == d.receipts[i] {
 			d.q.remove(m) // a stale receipt (received again meanwhile) deletes nothing
+			// At least once, much later: a copy comes back after the
+			// pipeline has moved on (SQS's duplicates, a DLQ replay).
+			if b.plan.hit(withBudget(context.Background(), b.plan.budget(m.id)), fLateDup, "late-dup "+d.q.name, m.body, pLateDup) {
+				b.seq++
+				d.q.msgs = append(d.q.msgs, &simMsg{id: strconv.Itoa(b.seq), body: m.body, group: m.group,
+					visibleAt: time.Now().Add(time.Duration(2000+b.rng.IntN(4000)) * time.Millisecond), sent: time.Now()})
+			}
 		}
 	}
 	d.q.running--

@@ -156,7 +156,8 @@ func runSeed(t *testing.T, seed int64, pl pool) result {
 	p := newPlan(seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
 	clock := &testworld.Clock{}
-	sched := &scheduler{plan: p, clock: clock, visibility: visibility, lease: leaseDuration}
+	sched := &scheduler{plan: p, clock: clock, visibility: visibility, lease: leaseDuration, stuck: stuckAfter}
+	sched.zombie.Store("")
 	maxSeries := []uint64{8, 16, 64}[rng.IntN(3)]
 	w := testworld.New(t, testworld.Options{
 		Env:      []envtest.Option{envtest.WithLogLevel(slog.LevelInfo)},
@@ -234,10 +235,12 @@ func runSeed(t *testing.T, seed int64, pl pool) result {
 	go func() {
 		sleep(ctx, time.Duration(2000+rng.IntN(6000))*time.Millisecond)
 		jumps := []time.Duration{redriveAfter + time.Second, leaseDuration + time.Second, stuckAfter + time.Second}
-		if j := jumps[rng.IntN(len(jumps))]; ctx.Err() == nil {
+		if j := jumps[rng.IntN(len(jumps))]; ctx.Err() == nil && sched.zombie.CompareAndSwap("", "clock jump") {
 			p.count(fClockJump)
 			clock.Advance(j)
 			t.Logf("clock jumps %v", j)
+			sleep(ctx, 3*time.Second) // the jobs it overtook finish before another jump
+			sched.zombie.Store("")
 		}
 	}()
 

@@ -45,6 +45,8 @@ const (
 	fDupSequential   = "duplicate delivery, after the first"
 	fSkewedTakeover  = "lease expiry by a skewed clock (duplicate job ahead by a lease)"
 	fClockJump       = "clock jump"
+	fLateDup         = "duplicate delivered late, after the pipeline moved on (SQS, DLQ replay)"
+	fZombie          = "compaction job outlives its version (clock passes StuckAfter mid-job)"
 	fIdleJump        = "time passes while idle (re-drive and supersede deadlines)"
 	fDupEvent        = "S3 event duplicated (delayed, reordered)"
 	fReupload        = "shipper re-upload of a block"
@@ -70,6 +72,8 @@ const (
 	pDupSequential  = 0.02
 	pSkewedTakeover = 0.4 // of concurrent duplicates of a compaction job
 	pShortVisible   = 0.03
+	pLateDup        = 0.03
+	pZombie         = 0.03
 	faultsPerMsg    = 2
 )
 
@@ -415,6 +419,27 @@ func (f *faultSQS) SendMessage(ctx context.Context, in *sqs.SendMessageInput, o 
 // hook crashes a handler at a step, or stalls it there for a second (the
 // rival deliveries the bus makes meanwhile get ahead of it).
 func (s *scheduler) hook(ctx context.Context, step pipeline.Step, subject string) error {
+	if step == "compact.before-commit" && s.zombie.Load() == subject {
+		s.zombie.Store("") // its uploads are done: the clock may jump again
+	}
+	if step == "compact.after-read" && s.zombie.Load() == "" && s.plan.hit(ctx, fZombie, "zombie", subject, pZombie) {
+		// The job stalls after reading its sources while the rest of the
+		// world's clock runs past StuckAfter: the sweep supersedes its
+		// version under it; it then uploads and tries to commit. One at a
+		// time: a second jump before it uploaded could run its version's
+		// second orphan sweep first (a job outliving OrphanDelay, which
+		// the protocol rules out).
+		if !s.zombie.CompareAndSwap("", subject) {
+			return nil
+		}
+		s.clock.Advance(s.stuck + time.Second)
+		select {
+		case <-time.After(2 * time.Second):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return nil
+	}
 	switch {
 	case s.plan.hit(ctx, fCrashAtStep, "step-crash "+string(step), subject, pCrashStep):
 		return crashErr(fmt.Sprintf("at %s (%s)", step, subject))
@@ -439,11 +464,12 @@ type scheduler struct {
 	clock      *testworld.Clock
 	visibility time.Duration
 	lease      time.Duration
+	stuck      time.Duration
 	deps       *pipeline.Deps // set once the world is built
-
-	rogues   sync.WaitGroup
-	inRogue  atomic.Int64
-	rogueSeq atomic.Int64
+	zombie     atomic.Value   // subject of the job outliving its version, "" when none
+	rogues     sync.WaitGroup
+	inRogue    atomic.Int64
+	rogueSeq   atomic.Int64
 }
 
 func (s *scheduler) wrap(name string, h handler) handler {
