@@ -511,7 +511,11 @@ func (s *scheduler) wrap(name string, h handler) handler {
 				continue
 			}
 			if s.plan.hit(mctx, fDupSequential, "dup-sequential", subject, pDupSequential) {
-				_, _ = functionHandler(name, s.deps)(noFaults(mctx), one)
+				dctx := noFaults(mctx)
+				if op, ok := testworld.OpFrom(dctx); ok {
+					dctx = testworld.WithOp(dctx, op)
+				}
+				_, _ = functionHandler(name, s.deps)(dctx, one)
 			}
 		}
 		return resp, nil
@@ -530,6 +534,9 @@ func (s *scheduler) rogue(ctx context.Context, name string, mctx context.Context
 		d.Now = s.clock.Skewed(s.lease + time.Second)
 	}
 	rctx := noFaults(context.WithoutCancel(mctx))
+	if op, ok := testworld.OpFrom(rctx); ok {
+		rctx = testworld.WithOp(rctx, op) // its own execution
+	}
 	s.rogues.Add(1)
 	s.inRogue.Add(1)
 	go func() {

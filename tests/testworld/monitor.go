@@ -150,28 +150,70 @@ func (m *Monitor) check(name string, ok bool, format string, args ...any) {
 
 type opKey struct{}
 
+// opTrace is one execution of a block op: the op, and the block record as
+// the uploader read it (through the watched DynamoDB client).
+type opTrace struct {
+	op   messages.BlockOp
+	mu   sync.Mutex
+	read *records.Block
+}
+
 // WithOp tells the Monitor (and fault injectors) which block op the
-// uploader is executing under ctx.
+// uploader executes under ctx. Call it once per execution: a duplicate
+// delivery of the same op is another execution.
 func WithOp(ctx context.Context, op messages.BlockOp) context.Context {
-	return context.WithValue(ctx, opKey{}, op)
+	return context.WithValue(ctx, opKey{}, &opTrace{op: op})
 }
 
 // OpFrom is the op WithOp stored, if any.
 func OpFrom(ctx context.Context) (messages.BlockOp, bool) {
-	op, ok := ctx.Value(opKey{}).(messages.BlockOp)
-	return op, ok
+	t, ok := ctx.Value(opKey{}).(*opTrace)
+	if !ok {
+		return messages.BlockOp{}, false
+	}
+	return t.op, true
 }
 
-// Hook checks I5 for block ops at the uploader's steps: the op passed its
-// gen check, so the block must be at the op's gen and in its state.
+func traceFrom(ctx context.Context) *opTrace {
+	t, _ := ctx.Value(opKey{}).(*opTrace)
+	return t
+}
+
+// Hook checks I5 for block ops at the uploader's steps, where an op has
+// decided to act: the record the uploader read for that decision must have
+// been at the op's gen and in its state. (Comparing with the record as it
+// is at the step would blame an op whose block moved on after its check; a
+// write it then makes is judged by the effect checks below.)
 func (m *Monitor) Hook(ctx context.Context, step pipeline.Step, subject string) error {
 	if !strings.HasPrefix(string(step), "uploader.before-") {
 		return nil
 	}
-	if op, ok := OpFrom(ctx); ok {
-		m.checkOp(ctx, op, string(step))
+	t := traceFrom(ctx)
+	if t == nil {
+		return nil
 	}
+	want, ok := opStates[t.op.Op]
+	if !ok {
+		return nil
+	}
+	t.mu.Lock()
+	read := t.read
+	t.mu.Unlock()
+	if read == nil {
+		return nil // not read through this Monitor
+	}
+	m.check("I5 block op decides at current gen", read.Gen == t.op.Gen && hasState(read.State, want),
+		"%s op of %s/%s at gen %d proceeds (%s) on a record read %s at gen %d", t.op.Op, t.op.Tenant, t.op.Block, t.op.Gen, step, read.State, read.Gen)
 	return nil
+}
+
+func hasState(s records.BlockState, want []records.BlockState) bool {
+	for _, w := range want {
+		if s == w {
+			return true
+		}
+	}
+	return false
 }
 
 var opStates = map[messages.OpKind][]records.BlockState{
@@ -180,21 +222,24 @@ var opStates = map[messages.OpKind][]records.BlockState{
 	messages.OpDelete:  {records.BlockDeleted, records.BlockDiscarded},
 }
 
-func (m *Monitor) checkOp(ctx context.Context, op messages.BlockOp, where string) {
+// opEffect runs an S3 write or delete of a block op while no DynamoDB
+// write can land (the Monitor's write lock), and judges it: if it took
+// effect, the block must be at the op's gen and state right then.
+func (m *Monitor) opEffect(ctx context.Context, op messages.BlockOp, what string, call func() error) error {
 	want, ok := opStates[op.Op]
 	if !ok {
-		return // DELETE_STRAY names versions no record names; checked per delete
+		return call() // DELETE_STRAY names versions no record names; judged per delete
 	}
-	b, found, err := m.block(ctx, op.Tenant, op.Block)
-	if err != nil {
-		return
+	m.writes.Lock()
+	defer m.writes.Unlock()
+	b, found, rerr := m.block(ctx, op.Tenant, op.Block)
+	err := call()
+	if err != nil || rerr != nil {
+		return err // no effect (a PUT that lost to If-None-Match adopts, it writes nothing)
 	}
-	okState := false
-	for _, s := range want {
-		okState = okState || b.State == s
-	}
-	m.check("I5 block op at current gen", found && b.Gen == op.Gen && okState,
-		"%s op of %s/%s at gen %d acts (%s) while the block is %s at gen %d", op.Op, op.Tenant, op.Block, op.Gen, where, b.State, b.Gen)
+	m.check("I5 block op takes effect at current gen", found && b.Gen == op.Gen && hasState(b.State, want),
+		"%s op of %s/%s at gen %d: %s took effect while the block is %s at gen %d", op.Op, op.Tenant, op.Block, op.Gen, what, b.State, b.Gen)
+	return nil
 }
 
 // --- DynamoDB ---
@@ -208,7 +253,16 @@ type watchedDB struct {
 }
 
 func (w *watchedDB) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
-	return w.db.GetItem(ctx, in, o...)
+	out, err := w.db.GetItem(ctx, in, o...)
+	if t := traceFrom(ctx); t != nil && err == nil {
+		if r := refOf(in.Key); r.kind == kindBlock && r.tenant == t.op.Tenant && r.blockID == t.op.Block {
+			b, _ := unmarshal[records.Block](out.Item)
+			t.mu.Lock()
+			t.read = &b
+			t.mu.Unlock()
+		}
+	}
+	return out, err
 }
 
 func (w *watchedDB) Query(ctx context.Context, in *dynamodb.QueryInput, o ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
@@ -659,14 +713,18 @@ type watchedS3 struct {
 
 func (w *watchedS3) DeleteObject(ctx context.Context, in *s3.DeleteObjectInput, o ...func(*s3.Options)) (*s3.DeleteObjectOutput, error) {
 	w.m.beforeDelete(ctx, aws.ToString(in.Key), aws.ToString(in.VersionId))
-	return w.S3.DeleteObject(ctx, in, o...)
+	var out *s3.DeleteObjectOutput
+	call := func() (err error) { out, err = w.S3.DeleteObject(ctx, in, o...); return err }
+	if op, ok := OpFrom(ctx); ok && op.Op == messages.OpDelete {
+		return out, w.m.opEffect(ctx, op, "delete "+aws.ToString(in.Key), call)
+	}
+	return out, call()
 }
 
 func (w *watchedS3) PutObject(ctx context.Context, in *s3.PutObjectInput, o ...func(*s3.Options)) (*s3.PutObjectOutput, error) {
 	key := aws.ToString(in.Key)
-	if op, ok := OpFrom(ctx); ok && (strings.HasSuffix(key, "/"+blockkey.MetaFile) || strings.HasSuffix(key, "/"+blockkey.DeletionMarkFile)) {
-		w.m.checkOp(ctx, op, "put "+key)
-	}
+	var out *s3.PutObjectOutput
+	call := func() (err error) { out, err = w.S3.PutObject(ctx, in, o...); return err }
 	if strings.HasSuffix(key, "/"+blockkey.MetaFile) && in.Body != nil {
 		if rs, ok := in.Body.(interface {
 			Read([]byte) (int, error)
@@ -685,14 +743,14 @@ func (w *watchedS3) PutObject(ctx context.Context, in *s3.PutObjectInput, o ...f
 			w.m.checkPublished(ctx, key, []byte(sb.String()))
 		}
 	}
-	return w.S3.PutObject(ctx, in, o...)
+	if op, ok := OpFrom(ctx); ok && (strings.HasSuffix(key, "/"+blockkey.MetaFile) || strings.HasSuffix(key, "/"+blockkey.DeletionMarkFile)) {
+		return out, w.m.opEffect(ctx, op, "put "+key, call)
+	}
+	return out, call()
 }
 
 func (m *Monitor) beforeDelete(ctx context.Context, key, vid string) {
 	m.check("I4 delete names a VersionId", vid != "", "DELETE of %s without a VersionId leaves a delete marker", key)
-	if op, ok := OpFrom(ctx); ok && op.Op == messages.OpDelete {
-		m.checkOp(ctx, op, "delete "+key)
-	}
 	k, err := blockkey.Parse(key, m.layout)
 	if err != nil || vid == "" {
 		return
