@@ -188,51 +188,30 @@ func writeBlock(dir string, id ulid.ULID, mint, maxt int64, series []genSeries, 
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
 		return b, err
 	}
+	meta := &blockmeta.Meta{ULID: id, MinTime: mint, MaxTime: maxt, Version: blockmeta.TSDBVersion1}
+	meta.Compaction.Level = 1
+	meta.Compaction.Sources = []ulid.ULID{id}
 	chunkw, err := chunks.NewWriter(filepath.Join(tmp, blockmeta.ChunksDirname))
 	if err != nil {
 		return b, err
 	}
-	defer chunkw.Close()
 	indexw, err := index.NewWriter(context.Background(), filepath.Join(tmp, blockmeta.IndexFilename))
 	if err != nil {
+		_ = chunkw.Close()
 		return b, err
 	}
-	defer indexw.Close()
-	for _, s := range symbols {
-		if err := indexw.AddSymbol(s); err != nil {
-			return b, err
-		}
+	if err := writeSeries(chunkw, indexw, symbols, series, mint, o, &meta.Stats); err != nil {
+		_ = chunkw.Close()
+		_ = indexw.Close()
+		return b, err
 	}
-	meta := &blockmeta.Meta{ULID: id, MinTime: mint, MaxTime: maxt, Version: blockmeta.TSDBVersion1}
-	meta.Compaction.Level = 1
-	meta.Compaction.Sources = []ulid.ULID{id}
-
-	interval := o.BlockRange.Milliseconds() / int64(o.SamplesPerSeries)
-	var chks []chunks.Meta
-	for ref, s := range series {
-		chks, err = s.chunks(chks[:0], mint, interval, o.SamplesPerSeries)
-		if err != nil {
-			return b, fmt.Errorf("series %s: %w", s.lset, err)
-		}
-		if err := chunkw.WriteChunks(chks...); err != nil {
-			return b, err
-		}
-		if err := indexw.AddSeries(storage.SeriesRef(ref), s.lset, chks...); err != nil {
-			return b, err
-		}
-		meta.Stats.NumSeries++
-		meta.Stats.NumChunks += uint64(len(chks))
-		for _, c := range chks {
-			n := uint64(c.Chunk.NumSamples())
-			meta.Stats.NumSamples += n
-			if s.kind == kindHistogram {
-				meta.Stats.NumHistogramSamples += n
-			} else {
-				meta.Stats.NumFloatSamples += n
-			}
-		}
-	}
+	// Each writer is closed exactly once: a second index.Writer.Close
+	// unmaps its symbol file again, and golang.org/x/sys/unix keys mappings
+	// by address, so that munmap can hit a mapping another goroutine made
+	// at the same address since (seen as a stray "invalid argument" in a
+	// parallel test).
 	if err := chunkw.Close(); err != nil {
+		_ = indexw.Close()
 		return b, err
 	}
 	if err := indexw.Close(); err != nil {
@@ -260,6 +239,43 @@ func writeBlock(dir string, id ulid.ULID, mint, maxt int64, series []genSeries, 
 		return b, err
 	}
 	return Block{Dir: final, Meta: meta}, nil
+}
+
+// writeSeries writes the symbols and every series' chunks, counting them
+// into stats.
+func writeSeries(chunkw *chunks.Writer, indexw *index.Writer, symbols []string, series []genSeries, mint int64, o Options, stats *blockmeta.Stats) error {
+	for _, s := range symbols {
+		if err := indexw.AddSymbol(s); err != nil {
+			return err
+		}
+	}
+	interval := o.BlockRange.Milliseconds() / int64(o.SamplesPerSeries)
+	var chks []chunks.Meta
+	for ref, s := range series {
+		var err error
+		chks, err = s.chunks(chks[:0], mint, interval, o.SamplesPerSeries)
+		if err != nil {
+			return fmt.Errorf("series %s: %w", s.lset, err)
+		}
+		if err := chunkw.WriteChunks(chks...); err != nil {
+			return err
+		}
+		if err := indexw.AddSeries(storage.SeriesRef(ref), s.lset, chks...); err != nil {
+			return err
+		}
+		stats.NumSeries++
+		stats.NumChunks += uint64(len(chks))
+		for _, c := range chks {
+			n := uint64(c.Chunk.NumSamples())
+			stats.NumSamples += n
+			if s.kind == kindHistogram {
+				stats.NumHistogramSamples += n
+			} else {
+				stats.NumFloatSamples += n
+			}
+		}
+	}
+	return nil
 }
 
 type kind uint8

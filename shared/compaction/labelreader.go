@@ -276,7 +276,11 @@ func (r *fastLabels) Close() error {
 	if r.mf == nil {
 		return nil
 	}
-	return r.mf.Close()
+	// Once only: a second munmap could hit a mapping made since at the
+	// same address (see blockgen's writer close).
+	mf := r.mf
+	r.mf = nil
+	return mf.Close()
 }
 
 // fastIndexReader is an IndexReader whose Series decodes with direct symbol
