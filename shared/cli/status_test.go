@@ -38,7 +38,7 @@ func TestStatusCommand(t *testing.T) {
 	g := planning.GroupKey{Level: 1, RangeStart: bs[0].MinT}
 	head := records.Group{Tenant: "team-a", Key: g, Version: 1, State: records.GroupClaiming, CreatedAt: now.UnixMilli(),
 		UpdatedAt: now.UnixMilli(), Partitions: 2, Sources: []string{bs[0].ID, bs[1].ID}}
-	if err := w.store.CreateVersion(ctx, records.Group{}, head, now); err != nil {
+	if err := w.store.CreateVersion(ctx, records.Group{}, head, now, now); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.store.SetGroupState(ctx, head, records.GroupClaiming, records.GroupPlanned, now); err != nil {

@@ -85,9 +85,14 @@ func (p Planner) handleObject(ctx context.Context, o s3event.ObjectCreated) erro
 	if !known {
 		b, err = p.register(ctx, k, body, vid, log)
 		if records.IsConditionLost(err) {
+			// A rival registered it first, perhaps from other versions:
+			// ours are then a re-upload's.
 			b, known, err = p.Store.GetBlock(ctx, k.Tenant, k.Block.String())
 			if err == nil && !known {
 				err = fmt.Errorf("register %s: lost to a record that is gone", k.BlockKey())
+			}
+			if err == nil {
+				err = p.recognise(ctx, k, b, vid, log)
 			}
 		}
 		if err != nil {
@@ -109,7 +114,9 @@ func (p Planner) recognise(ctx context.Context, k blockkey.Key, b records.Block,
 	switch {
 	case vid == b.MetaVersionID:
 		log.InfoContext(ctx, "block already registered; duplicate event", "state", b.State, "gen", b.Gen)
-		return nil
+		// The registration that sent the older versions' deletion may
+		// have died right after putting the record: send it again.
+		return p.deleteSuperseded(ctx, k, b, log)
 	case b.ProducedBy != "" && (b.State == records.BlockLive || b.State == records.BlockPending) && !b.Published:
 		log.InfoContext(ctx, "event for Sluice's own output being published", "state", b.State, "gen", b.Gen)
 		return nil
@@ -183,7 +190,58 @@ func (p Planner) register(ctx context.Context, k blockkey.Key, body []byte, vid 
 	}
 	log.InfoContext(ctx, "block registered", "minT", b.MinT, "maxT", b.MaxT, "level", b.Level,
 		"series", b.Series, "files", len(files), "noCompact", b.NoCompact)
-	return b, nil
+	return b, p.deleteSuperseded(ctx, k, b, log)
+}
+
+// deleteSuperseded deletes the versions of an uploaded block's files that
+// its record does not name: a shipper that uploaded the block twice before
+// its first notification was handled leaves the first upload's meta.json,
+// index and chunks behind as non-current versions, and registration recorded
+// the second's (chaos seed 25). One LIST of the block's own prefix, run
+// only after the record exists: the uploader never deletes a version a
+// record names, so a rival registration that recorded other versions keeps
+// them. Sluice's own outputs are left to the orphan sweeps, and a rejected
+// block to its owner.
+func (p Planner) deleteSuperseded(ctx context.Context, k blockkey.Key, b records.Block, log *slog.Logger) error {
+	if b.ProducedBy != "" || b.State == records.BlockRejected {
+		return nil
+	}
+	recorded := map[string]bool{blockkey.MetaFile: true}
+	for _, f := range b.Files {
+		recorded[f.RelPath] = true
+	}
+	prefix := k.BlockPrefix()
+	var stray []messages.StrayVersion
+	in := &s3.ListObjectVersionsInput{Bucket: aws.String(p.Config.Bucket), Prefix: aws.String(prefix)}
+	for {
+		res, err := p.S3.ListObjectVersions(ctx, in)
+		if err != nil {
+			return fmt.Errorf("list %s for superseded uploads: %w", prefix, err)
+		}
+		add := func(key, vid *string) {
+			rel := strings.TrimPrefix(aws.ToString(key), prefix)
+			if recorded[rel] && !b.Names(rel, aws.ToString(vid)) {
+				stray = append(stray, messages.StrayVersion{RelPath: rel, VersionID: aws.ToString(vid)})
+			}
+		}
+		for _, v := range res.Versions {
+			add(v.Key, v.VersionId)
+		}
+		for _, m := range res.DeleteMarkers {
+			add(m.Key, m.VersionId)
+		}
+		if !aws.ToBool(res.IsTruncated) {
+			break
+		}
+		in.KeyMarker, in.VersionIdMarker = res.NextKeyMarker, res.NextVersionIdMarker
+	}
+	if len(stray) == 0 {
+		return nil
+	}
+	log.WarnContext(ctx, "block was uploaded more than once before registration; deleting the versions not recorded",
+		"versions", len(stray))
+	return p.Send.Op(ctx, messages.BlockOp{Op: messages.OpDeleteStray, Tenant: k.Tenant, Block: k.Block.String(),
+		Gen: b.Gen, Stray: stray, Nonce: strayNonce(stray)})
 }
 
 // memberRanges lists the group ranges, at every level above level (and at
@@ -361,7 +419,7 @@ func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKe
 	if err := p.step(ctx, "planner.before-create", next.Ref()); err != nil {
 		return false, err
 	}
-	if err := p.Store.CreateVersion(ctx, head, next, now); err != nil {
+	if err := p.Store.CreateVersion(ctx, head, next, now, now.Add(p.Config.OrphanDelay)); err != nil {
 		if records.IsConditionLost(err) {
 			log.InfoContext(ctx, "another planner created this version first; backing off", "lost", err)
 			return false, nil

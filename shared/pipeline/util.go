@@ -2,6 +2,8 @@ package pipeline
 
 import (
 	"errors"
+	"fmt"
+	"hash/fnv"
 	"net/http"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/sluice-dev/sluice/shared/compaction"
+	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/records"
 )
 
@@ -49,4 +52,14 @@ func isPreconditionFailed(err error) bool {
 // every attempt writes the same keys.
 func outputULID(g records.Group, p int) ulid.ULID {
 	return compaction.OutputULID(time.UnixMilli(g.CreatedAt), g.Tenant, g.Key.String(), int(g.Version), p)
+}
+
+// strayNonce names a set of stray versions for an op's dedup id: the same
+// set sent twice is one op, a different set another.
+func strayNonce(vs []messages.StrayVersion) string {
+	h := fnv.New64a()
+	for _, v := range vs {
+		h.Write([]byte(v.RelPath + "\x00" + v.VersionID + "\x00"))
+	}
+	return fmt.Sprintf("s%016x", h.Sum64())
 }

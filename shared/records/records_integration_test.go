@@ -46,7 +46,7 @@ func (w *world) planned(prev records.Group, srcs []records.Block, n int) records
 	for _, b := range srcs {
 		g.Sources = append(g.Sources, b.ID)
 	}
-	if err := w.store.CreateVersion(w.ctx, prev, g, w.now); err != nil {
+	if err := w.store.CreateVersion(w.ctx, prev, g, w.now, w.now); err != nil {
 		w.t.Fatalf("create %s: %v", g.Ref(), err)
 	}
 	if err := w.store.Claim(w.ctx, g.Ref(), srcs, w.now); err != nil {
@@ -93,7 +93,7 @@ func TestCreateVersionHasOneWinner(t *testing.T) {
 			defer wg.Done()
 			g := records.Group{Tenant: "acme", Key: g12, Version: 1, State: records.GroupClaiming,
 				CreatedAt: int64(i), Partitions: 4, Sources: []string{fmt.Sprint(i)}}
-			results[i] = w.store.CreateVersion(w.ctx, records.Group{}, g, w.now)
+			results[i] = w.store.CreateVersion(w.ctx, records.Group{}, g, w.now, w.now)
 		}()
 	}
 	wg.Wait()
@@ -252,11 +252,45 @@ func TestCreateVersionNamesWhatItRead(t *testing.T) {
 	w := newWorld(t)
 	g := w.planned(records.Group{}, []records.Block{w.block("B1", records.BlockLive)}, 1)
 	next := records.Group{Tenant: "acme", Key: g12, Version: 2, State: records.GroupClaiming, Partitions: 1}
-	if err := w.store.CreateVersion(w.ctx, g, next, w.now); !records.IsConditionLost(err) {
+	if err := w.store.CreateVersion(w.ctx, g, next, w.now, w.now); !records.IsConditionLost(err) {
 		t.Fatalf("v2 over a PLANNED v1: %v, want lost", err)
 	}
 	stale := records.Group{Tenant: "acme", Key: g12, Version: 0}
-	if err := w.store.CreateVersion(w.ctx, stale, records.Group{Tenant: "acme", Key: g12, Version: 1, Partitions: 1}, w.now); !records.IsConditionLost(err) {
+	if err := w.store.CreateVersion(w.ctx, stale, records.Group{Tenant: "acme", Key: g12, Version: 1, Partitions: 1}, w.now, w.now); !records.IsConditionLost(err) {
 		t.Fatalf("v1 again from a stale read: %v, want lost", err)
+	}
+}
+
+// A new version over a final one schedules the final one's second orphan
+// sweep in the same transaction: its cleanup's FinishVersion may never run
+// once the group's active entry stands for the new version.
+func TestNextVersionSchedulesPreviousOrphanSweep(t *testing.T) {
+	w := newWorld(t)
+	v1 := w.planned(records.Group{}, []records.Block{w.block("B1", records.BlockLive)}, 1)
+	if err := w.store.SetGroupState(w.ctx, v1, records.GroupPlanned, records.GroupSuperseded, w.now); err != nil {
+		t.Fatal(err)
+	}
+	v1.State = records.GroupSuperseded
+	sweepAt := w.now.Add(5 * time.Minute)
+	v2 := records.Group{Tenant: "acme", Key: g12, Version: 2, State: records.GroupClaiming, Partitions: 1}
+	if err := w.store.CreateVersion(w.ctx, v1, v2, w.now, sweepAt); err != nil {
+		t.Fatalf("v2 over a superseded v1: %v", err)
+	}
+	subject := g12.String() + "@v1"
+	for _, tc := range []struct {
+		at   time.Time
+		want bool
+	}{{w.now, false}, {sweepAt, true}} {
+		due, err := w.store.Due(w.ctx, records.AgendaOrphans, tc.at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, e := range due {
+			found = found || (e.Tenant == "acme" && e.Subject == subject)
+		}
+		if found != tc.want {
+			t.Errorf("orphan sweep of v1 due at %s: %v, want %v (entries %v)", tc.at, found, tc.want, due)
+		}
 	}
 }

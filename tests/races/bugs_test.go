@@ -3,7 +3,6 @@ package races
 import (
 	"context"
 	"errors"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -342,9 +341,6 @@ func TestBugLateEventForDeletedVersion(t *testing.T) {
 // deletes them (I4), not even when the block is deleted after compaction.
 func TestBugUploadedTwiceBeforeRegistration(t *testing.T) {
 	t.Parallel()
-	if os.Getenv("SLUICE_OPEN_BUGS") != "1" {
-		t.Skip("open bug (chaos seed 25), not fixed yet: the first upload's versions stay orphaned; run with SLUICE_OPEN_BUGS=1")
-	}
 	w := newWorld004(t)
 	w.upload(corpus.v1...)
 	w.reupload(corpus.v1[5]) // before any notification is handled
@@ -362,9 +358,6 @@ func TestBugUploadedTwiceBeforeRegistration(t *testing.T) {
 // commit, nothing ever deletes its objects (I4).
 func TestBugSecondOrphanSweepLostWhenCleanupDiesAfterReplan(t *testing.T) {
 	t.Parallel()
-	if os.Getenv("SLUICE_OPEN_BUGS") != "1" {
-		t.Skip("open bug (chaos seed 18), not fixed yet: the slow loser's objects stay orphaned; run with SLUICE_OPEN_BUGS=1")
-	}
 	w := newWorld003(t)
 	w.plan()
 	slow := w.actor("slow-job-p3", nil)
