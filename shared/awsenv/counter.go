@@ -3,12 +3,20 @@ package awsenv
 import (
 	"context"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go/middleware"
+	"github.com/oklog/ulid/v2"
 )
+
+// WiderThanABlock is appended to an S3 list operation's name for a LIST
+// whose prefix is not one block's own (<...>/<ULID>/): a tenant or bucket
+// scan, which Sluice's handlers never make.
+const WiderThanABlock = " (wider than one block)"
 
 // RequestCounter counts AWS requests by service and operation. The demo and
 // the request-economy test read it; it is safe for concurrent use.
@@ -27,10 +35,38 @@ func (c *RequestCounter) Attach(cfg *aws.Config) {
 	cfg.APIOptions = append(cfg.APIOptions, func(st *middleware.Stack) error {
 		return st.Initialize.Add(middleware.InitializeMiddlewareFunc("sluiceRequestCounter",
 			func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-				c.add(awsmiddleware.GetServiceID(ctx) + " " + awsmiddleware.GetOperationName(ctx))
+				op := awsmiddleware.GetServiceID(ctx) + " " + awsmiddleware.GetOperationName(ctx)
+				c.add(op)
+				if prefix, ok := listPrefix(in.Parameters); ok && !isBlockPrefix(prefix) {
+					c.add(op + WiderThanABlock)
+				}
 				return next.HandleInitialize(ctx, in)
 			}), middleware.After)
 	})
+}
+
+// listPrefix is the prefix of an S3 list request.
+func listPrefix(params any) (string, bool) {
+	switch in := params.(type) {
+	case *s3.ListObjectVersionsInput:
+		return aws.ToString(in.Prefix), true
+	case *s3.ListObjectsV2Input:
+		return aws.ToString(in.Prefix), true
+	case *s3.ListObjectsInput:
+		return aws.ToString(in.Prefix), true
+	}
+	return "", false
+}
+
+// isBlockPrefix reports whether prefix is one block's own: it ends in
+// "<ULID>/".
+func isBlockPrefix(prefix string) bool {
+	rest, ok := strings.CutSuffix(prefix, "/")
+	if !ok {
+		return false
+	}
+	_, err := ulid.ParseStrict(rest[strings.LastIndex(rest, "/")+1:])
+	return err == nil
 }
 
 func (c *RequestCounter) add(key string) {

@@ -121,6 +121,13 @@ func (p Planner) recognise(ctx context.Context, k blockkey.Key, b records.Block,
 		log.InfoContext(ctx, "event for Sluice's own output being published", "state", b.State, "gen", b.Gen)
 		return nil
 	}
+	if b.ProducedBy == "" && b.State != records.BlockRejected {
+		// One LIST finds this upload's versions and those of any upload
+		// before the registered one (whose event may come only now).
+		log.WarnContext(ctx, "re-upload of a block Sluice already knows; the versions its record does not name will be deleted",
+			"state", b.State, "gen", b.Gen)
+		return p.deleteSuperseded(ctx, k, b, log)
+	}
 	var stray []messages.StrayVersion
 	stray = append(stray, messages.StrayVersion{RelPath: blockkey.MetaFile, VersionID: vid})
 	for _, f := range b.Files {

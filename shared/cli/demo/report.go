@@ -128,9 +128,12 @@ func (r *run) report() {
 		tot.Checks += q.Checks
 	}
 	row("total", tot.Upload, tot.Pipeline, tot.Checks, tot.Total())
-	lists := 0
+	lists, wide := 0, 0
 	for _, q := range r.sum.Requests {
-		if strings.HasPrefix(q.Operation, "S3 List") {
+		switch {
+		case strings.HasSuffix(q.Operation, awsenv.WiderThanABlock):
+			wide += q.Pipeline
+		case strings.HasPrefix(q.Operation, "S3 List"):
 			lists += q.Pipeline
 		}
 	}
@@ -142,9 +145,13 @@ func (r *run) report() {
 		}
 	}
 	if r.sum.Uploaded > 0 {
+		scope := "each of one block's own prefix: Sluice lists neither a tenant nor the bucket"
+		if wide > 0 {
+			scope = fmt.Sprintf("%d of them wider than one block", wide)
+		}
 		fmt.Fprintf(w, "  pipeline: %d requests by the handlers (%.1f per uploaded block) and %d by the event-source\n"+
-			"  polling (Lambda's, in AWS); %d S3 LIST (Sluice lists neither a tenant nor the bucket)\n",
-			tot.Pipeline-polling, float64(tot.Pipeline-polling)/float64(r.sum.Uploaded), polling, lists)
+			"  polling (Lambda's, in AWS); %d S3 LIST (%s)\n",
+			tot.Pipeline-polling, float64(tot.Pipeline-polling)/float64(r.sum.Uploaded), polling, lists, scope)
 	}
 
 	fmt.Fprintln(w)
