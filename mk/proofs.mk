@@ -4,7 +4,8 @@
 # corpora).
 #
 #   make chaos SEEDS=500       500 seeds (default 100); the report is printed
-#                              and kept in .sluice/chaos-report.txt
+#                              and kept in .sluice/chaos-report.txt; the seeds
+#                              are spread over CHAOS_EMULATORS (2) emulators
 #   make chaos SEED=17         replay one seed (what a failing seed prints)
 #   make races                 the incident replays and the bug replays
 #   make fuzz-proofs           each decoder's fuzz target for FUZZTIME (30s)
@@ -15,6 +16,7 @@ SEEDS ?= 100
 SEED ?=
 FIRST_SEED ?= 1
 CHAOS_PARALLEL ?= 6
+CHAOS_EMULATORS ?= 2
 CHAOS_REPORT ?= .sluice/chaos-report.txt
 FUZZTIME ?= 30s
 
@@ -28,13 +30,10 @@ define with-emulator
 	exit $$status
 endef
 
-## chaos: the seeded fault-injection run, SEEDS seeds from FIRST_SEED (or only SEED), CHAOS_PARALLEL at once
+## chaos: the seeded fault-injection run, SEEDS seeds from FIRST_SEED (or only SEED), CHAOS_PARALLEL at once over CHAOS_EMULATORS emulators
 chaos:
-	@mkdir -p $(dir $(CHAOS_REPORT)) && rm -f $(CHAOS_REPORT)
-	$(call with-emulator,CHAOS_SEEDS=$(SEEDS) CHAOS_FIRST=$(FIRST_SEED) CHAOS_SEED=$(if $(SEED),$(SEED),-1) \
-	  CHAOS_PARALLEL=$(CHAOS_PARALLEL) CHAOS_REPORT=$(CURDIR)/$(CHAOS_REPORT) SLUICE_REQUIRE_EMULATOR=1 \
-	  $(GO) test ./tests/chaos -run '^TestChaos$$' -count=1 -timeout 12h; status=$$?; \
-	  cat $(CHAOS_REPORT) 2>/dev/null; (exit $$status))
+	CHAOS_SEEDS=$(SEEDS) CHAOS_FIRST=$(FIRST_SEED) CHAOS_SEED=$(if $(SEED),$(SEED),-1) CHAOS_PARALLEL=$(CHAOS_PARALLEL) \
+	  CHAOS_EMULATORS=$(CHAOS_EMULATORS) CHAOS_REPORT=$(CHAOS_REPORT) bash scripts/chaos.sh
 
 ## races: the step-by-step replays of the three incidents, their variants and the bugs found
 races:

@@ -12,18 +12,40 @@ GOTEST_FLAGS=${GOTEST_FLAGS:-}
 echo "== unit tests (no emulator)"
 go test -short -count=1 $GOTEST_FLAGS ./...
 
-started_here=0
-if ! bash localstack/start.sh --check >/dev/null 2>&1; then
-  started_here=1
-fi
-cleanup() { if [ "$started_here" = 1 ]; then bash localstack/stop.sh || true; fi; }
+# The chaos run (tests/chaos, its first 30 seeds; more with `make chaos
+# SEEDS=n`) gets an emulator of its own on the next port and runs beside
+# the other integration tests: each moto is one Python process bound by
+# its interpreter lock, so two of them use both cores.
+chaos_port=$((SLUICE_EMULATOR_PORT + 1))
+chaos_endpoint="http://127.0.0.1:$chaos_port"
+started=()
+cleanup() {
+  for port in "${started[@]}"; do SLUICE_EMULATOR_PORT=$port bash localstack/stop.sh || true; done
+}
 trap cleanup EXIT
-bash localstack/start.sh
+for port in "$SLUICE_EMULATOR_PORT" "$chaos_port"; do
+  if ! SLUICE_EMULATOR_PORT=$port bash localstack/start.sh --check >/dev/null 2>&1; then
+    started+=("$port")
+  fi
+  SLUICE_EMULATOR_PORT=$port bash localstack/start.sh
+done
 
-echo "== integration tests (emulator at $AWS_ENDPOINT_URL)"
-# This includes the chaos run's first 30 seeds (tests/chaos; more with
-# `make chaos SEEDS=n`).
-SLUICE_REQUIRE_EMULATOR=1 go test -count=1 -timeout 30m $GOTEST_FLAGS ./...
+echo "== integration tests (emulator at $AWS_ENDPOINT_URL; the chaos run at $chaos_endpoint)"
+chaos_log=$(mktemp)
+SLUICE_REQUIRE_EMULATOR=1 AWS_ENDPOINT_URL=$chaos_endpoint \
+  go test -count=1 -timeout 30m -run '^TestChaos$' $GOTEST_FLAGS ./tests/chaos >"$chaos_log" 2>&1 &
+chaos_pid=$!
+status=0
+SLUICE_REQUIRE_EMULATOR=1 go test -count=1 -timeout 30m -skip '^TestChaos$' $GOTEST_FLAGS ./... || status=1
+chaos_status=0
+wait "$chaos_pid" || chaos_status=1
+echo "== the chaos run"
+cat "$chaos_log"
+rm -f "$chaos_log"
+if [ "$status" != 0 ] || [ "$chaos_status" != 0 ]; then
+  echo "== make test: FAILED (integration tests: $status, chaos run: $chaos_status)" >&2
+  exit 1
+fi
 
 if [ -f infra/go.mod ]; then
   echo "== infra: CDK template tests and synth"

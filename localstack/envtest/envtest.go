@@ -47,6 +47,8 @@ const DefaultVisibilityTimeout = 5 * time.Second
 
 // Env is one test's deployment and the clients to use it.
 type Env struct {
+	// Endpoint is the emulator's URL.
+	Endpoint string
 	// Clients talk to the emulator and count every request in Counter.
 	Clients    *awsenv.Clients
 	Deployment provision.Deployment
@@ -63,6 +65,7 @@ type options struct {
 	tweaks     []func(*spec.Resources)
 	keep       bool
 	logLevel   slog.Level
+	endpoint   string
 }
 
 // WithVisibilityTimeout sets every queue's visibility timeout (default
@@ -93,6 +96,10 @@ func WithKeep() Option { return func(o *options) { o.keep = true } }
 // WithLogLevel sets the Logger's level (default Debug: t.Log output is shown
 // only with -v or on failure anyway).
 func WithLogLevel(l slog.Level) Option { return func(o *options) { o.logLevel = l } }
+
+// WithEndpoint provisions on the emulator at url instead of Endpoint():
+// a run spread over several emulators (the chaos run) picks one per test.
+func WithEndpoint(url string) Option { return func(o *options) { o.endpoint = url } }
 
 // Endpoint is the emulator's URL: AWS_ENDPOINT_URL or DefaultEndpoint.
 func Endpoint() string {
@@ -130,6 +137,9 @@ func New(t testing.TB, opts ...Option) *Env {
 		opt(&o)
 	}
 	endpoint := Endpoint()
+	if o.endpoint != "" {
+		endpoint = o.endpoint
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if !Answers(ctx, endpoint, 2*time.Second) {
@@ -178,7 +188,7 @@ func New(t testing.TB, opts ...Option) *Env {
 			t.Logf("envtest: teardown %s: %v", r.Prefix, err)
 		}
 	})
-	return &Env{Clients: clients, Deployment: d, Counter: counter, Logger: logger}
+	return &Env{Endpoint: endpoint, Clients: clients, Deployment: d, Counter: counter, Logger: logger}
 }
 
 // uniquePrefix is a valid resource prefix that names the test and cannot

@@ -49,7 +49,24 @@ var (
 	flagFirst    = flag.Int64("first", envInt("CHAOS_FIRST", 1), "first seed; env CHAOS_FIRST")
 	flagParallel = flag.Int("chaos.parallel", int(envInt("CHAOS_PARALLEL", 6)), "seeds run at once; env CHAOS_PARALLEL")
 	flagReport   = flag.String("report", os.Getenv("CHAOS_REPORT"), "also write the report to this file; env CHAOS_REPORT")
+	flagEmus     = flag.String("emulators", os.Getenv("CHAOS_ENDPOINTS"), "comma-separated emulator URLs to spread the seeds over (default AWS_ENDPOINT_URL); env CHAOS_ENDPOINTS")
 )
+
+// endpoints are the emulators the seeds are spread over: each moto is one
+// Python process, so a run on a machine with more cores goes faster with
+// more of them.
+func endpoints() []string {
+	var out []string
+	for _, e := range strings.Split(*flagEmus, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	if len(out) == 0 {
+		out = append(out, envtest.Endpoint())
+	}
+	return out
+}
 
 var debugSettle = os.Getenv("CHAOS_DEBUG") != ""
 
@@ -94,8 +111,11 @@ func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos: needs the emulator; skipped with -short")
 	}
-	if !envtest.Answers(context.Background(), envtest.Endpoint(), 2*time.Second) && os.Getenv("SLUICE_REQUIRE_EMULATOR") != "1" {
-		t.Skipf("no emulator at %s", envtest.Endpoint())
+	emus := endpoints()
+	for _, e := range emus {
+		if !envtest.Answers(context.Background(), e, 2*time.Second) && os.Getenv("SLUICE_REQUIRE_EMULATOR") != "1" {
+			t.Skipf("no emulator at %s", e)
+		}
 	}
 	seeds := []int64{*flagSeed}
 	if *flagSeed < 0 {
@@ -116,7 +136,8 @@ func TestChaos(t *testing.T) {
 	)
 	sem := make(chan struct{}, max(*flagParallel, 1))
 	var wg sync.WaitGroup
-	for _, seed := range seeds {
+	for i, seed := range seeds {
+		emu := emus[i%len(emus)]
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
@@ -124,7 +145,7 @@ func TestChaos(t *testing.T) {
 			defer func() { <-sem }()
 			var res result
 			ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-				res = runSeed(t, seed, pl)
+				res = runSeed(t, seed, emu, pl)
 				if t.Failed() {
 					t.Logf("replay this seed: %s", replayCommand(seed))
 				}
@@ -150,7 +171,7 @@ func TestChaos(t *testing.T) {
 
 // runSeed runs one seed: a fresh deployment, the pipeline under the
 // seed's faults, the workload; then settles and checks.
-func runSeed(t *testing.T, seed int64, pl pool) result {
+func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 	start := time.Now()
 	res := result{seed: seed}
 	p := newPlan(seed)
@@ -160,7 +181,7 @@ func runSeed(t *testing.T, seed int64, pl pool) result {
 	sched.zombie.Store("")
 	maxSeries := []uint64{8, 16, 64}[rng.IntN(3)]
 	w := testworld.New(t, testworld.Options{
-		Env:      []envtest.Option{envtest.WithLogLevel(slog.LevelInfo)},
+		Env:      []envtest.Option{envtest.WithLogLevel(slog.LevelInfo), envtest.WithEndpoint(emulator)},
 		Pipeline: localrun.Options{Now: clock.Now},
 		Configure: func(c *config.Config) {
 			c.Policy.Ranges = chaosRanges

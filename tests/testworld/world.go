@@ -83,7 +83,7 @@ func New(t testing.TB, o Options) *World {
 		}
 	}
 	requests := awsenv.NewRequestCounter()
-	clients, err := awsenv.Load(context.Background(), awsenv.Options{Endpoint: envtest.Endpoint(), Counter: requests})
+	clients, err := awsenv.Load(context.Background(), awsenv.Options{Endpoint: env.Endpoint, Counter: requests})
 	if err != nil {
 		t.Fatalf("testworld: %v", err)
 	}
