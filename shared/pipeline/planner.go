@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sort"
 	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -116,7 +117,7 @@ func (p Planner) recognise(ctx context.Context, k blockkey.Key, b records.Block,
 		log.InfoContext(ctx, "block already registered; duplicate event", "state", b.State, "gen", b.Gen)
 		// The registration that sent the older versions' deletion may
 		// have died right after putting the record: send it again.
-		return p.deleteSuperseded(ctx, k, b, log)
+		return p.sendSuperseded(ctx, k, b)
 	case b.ProducedBy != "" && (b.State == records.BlockLive || b.State == records.BlockPending) && !b.Published:
 		log.InfoContext(ctx, "event for Sluice's own output being published", "state", b.State, "gen", b.Gen)
 		return nil
@@ -124,9 +125,14 @@ func (p Planner) recognise(ctx context.Context, k blockkey.Key, b records.Block,
 	if b.ProducedBy == "" && b.State != records.BlockRejected {
 		// One LIST finds this upload's versions and those of any upload
 		// before the registered one (whose event may come only now).
+		l, err := p.listBlock(ctx, k)
+		if err != nil {
+			return fmt.Errorf("re-upload of %s: %w", k.BlockKey(), err)
+		}
+		stray := l.notNamedBy(b)
 		log.WarnContext(ctx, "re-upload of a block Sluice already knows; the versions its record does not name will be deleted",
-			"state", b.State, "gen", b.Gen)
-		return p.deleteSuperseded(ctx, k, b, log)
+			"state", b.State, "gen", b.Gen, "versions", len(stray))
+		return p.sendStray(ctx, k, b, stray)
 	}
 	var stray []messages.StrayVersion
 	stray = append(stray, messages.StrayVersion{RelPath: blockkey.MetaFile, VersionID: vid})
@@ -165,15 +171,16 @@ func (p Planner) register(ctx context.Context, k blockkey.Key, body []byte, vid 
 	if meta.ULID != k.Block {
 		return reject(fmt.Sprintf("meta.json names block %s but lives under %s", meta.ULID, k.Block))
 	}
-	files, err := p.blockFiles(ctx, k, meta)
+	l, err := p.listBlock(ctx, k)
 	if err != nil {
-		var missing *missingFileError
-		if errors.As(err, &missing) {
-			return reject(err.Error())
-		}
 		return b, err
 	}
+	files, err := l.files(k, meta)
+	if err != nil {
+		return reject(err.Error())
+	}
 	b.Files = files
+	b.Superseded = l.notNamedBy(b)
 	b.MinT, b.MaxT = meta.MinTime, meta.MaxTime
 	b.Level = p.Config.Policy.LevelOf(meta.MinTime, meta.MaxTime)
 	b.Series, b.Samples = meta.Stats.NumSeries, meta.Stats.NumSamples
@@ -185,70 +192,17 @@ func (p Planner) register(ctx context.Context, k blockkey.Key, body []byte, vid 
 	if pi, ok := meta.PartitionInfo(); ok && pi.PartitionCount > 1 {
 		b.PartitionCount, b.PartitionID = pi.PartitionCount, pi.PartitionID
 	}
-	if _, err := p.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(p.Config.Bucket), Key: aws.String(k.Object(blockkey.NoCompactMarkFile))}); err == nil {
+	if _, ok := l.latest[blockkey.NoCompactMarkFile]; ok {
 		b.NoCompact = true
 		log.InfoContext(ctx, "block carries a no-compact mark; it is never a source")
-	} else if !isNotFound(err) {
-		return b, fmt.Errorf("check no-compact mark of %s: %w", k.BlockKey(), err)
 	}
 	b.State = records.BlockLive
 	if err := p.Store.RegisterBlock(ctx, b, p.memberRanges(b.Level, b.MinT, b.MaxT)); err != nil {
 		return b, err
 	}
 	log.InfoContext(ctx, "block registered", "minT", b.MinT, "maxT", b.MaxT, "level", b.Level,
-		"series", b.Series, "files", len(files), "noCompact", b.NoCompact)
-	return b, p.deleteSuperseded(ctx, k, b, log)
-}
-
-// deleteSuperseded deletes the versions of an uploaded block's files that
-// its record does not name: a shipper that uploaded the block twice before
-// its first notification was handled leaves the first upload's meta.json,
-// index and chunks behind as non-current versions, and registration recorded
-// the second's (chaos seed 25). One LIST of the block's own prefix, run
-// only after the record exists: the uploader never deletes a version a
-// record names, so a rival registration that recorded other versions keeps
-// them. Sluice's own outputs are left to the orphan sweeps, and a rejected
-// block to its owner.
-func (p Planner) deleteSuperseded(ctx context.Context, k blockkey.Key, b records.Block, log *slog.Logger) error {
-	if b.ProducedBy != "" || b.State == records.BlockRejected {
-		return nil
-	}
-	recorded := map[string]bool{blockkey.MetaFile: true}
-	for _, f := range b.Files {
-		recorded[f.RelPath] = true
-	}
-	prefix := k.BlockPrefix()
-	var stray []messages.StrayVersion
-	in := &s3.ListObjectVersionsInput{Bucket: aws.String(p.Config.Bucket), Prefix: aws.String(prefix)}
-	for {
-		res, err := p.S3.ListObjectVersions(ctx, in)
-		if err != nil {
-			return fmt.Errorf("list %s for superseded uploads: %w", prefix, err)
-		}
-		add := func(key, vid *string) {
-			rel := strings.TrimPrefix(aws.ToString(key), prefix)
-			if recorded[rel] && !b.Names(rel, aws.ToString(vid)) {
-				stray = append(stray, messages.StrayVersion{RelPath: rel, VersionID: aws.ToString(vid)})
-			}
-		}
-		for _, v := range res.Versions {
-			add(v.Key, v.VersionId)
-		}
-		for _, m := range res.DeleteMarkers {
-			add(m.Key, m.VersionId)
-		}
-		if !aws.ToBool(res.IsTruncated) {
-			break
-		}
-		in.KeyMarker, in.VersionIdMarker = res.NextKeyMarker, res.NextVersionIdMarker
-	}
-	if len(stray) == 0 {
-		return nil
-	}
-	log.WarnContext(ctx, "block was uploaded more than once before registration; deleting the versions not recorded",
-		"versions", len(stray))
-	return p.Send.Op(ctx, messages.BlockOp{Op: messages.OpDeleteStray, Tenant: k.Tenant, Block: k.Block.String(),
-		Gen: b.Gen, Stray: stray, Nonce: strayNonce(stray)})
+		"series", b.Series, "files", len(files), "noCompact", b.NoCompact, "superseded", len(b.Superseded))
+	return b, p.sendSuperseded(ctx, k, b)
 }
 
 // memberRanges lists the group ranges, at every level above level (and at
@@ -267,62 +221,121 @@ func memberRanges(pol planning.Policy, level int, minT, maxT int64) []planning.G
 	return out
 }
 
-type missingFileError struct{ key string }
+// blockListing is every version under one block's own prefix, from one
+// LIST: what registration learns the block's files from, whether it
+// carries a no-compact mark, and which versions an earlier or later upload
+// of it left.
+type blockListing struct {
+	latest   map[string]records.ObjectVersion // rel path → its current version
+	versions []records.ObjectVersion          // every version and delete marker
+}
 
-func (e *missingFileError) Error() string { return "block file missing: " + e.key }
+// listBlock lists the versions under k's own prefix (a few keys; Sluice
+// never lists a tenant or the bucket).
+func (p Planner) listBlock(ctx context.Context, k blockkey.Key) (blockListing, error) {
+	l := blockListing{latest: map[string]records.ObjectVersion{}}
+	prefix := k.BlockPrefix()
+	in := &s3.ListObjectVersionsInput{Bucket: aws.String(p.Config.Bucket), Prefix: aws.String(prefix)}
+	for {
+		res, err := p.S3.ListObjectVersions(ctx, in)
+		if err != nil {
+			return l, fmt.Errorf("list %s: %w", prefix, err)
+		}
+		for _, v := range res.Versions {
+			ov := records.ObjectVersion{RelPath: strings.TrimPrefix(aws.ToString(v.Key), prefix),
+				VersionID: aws.ToString(v.VersionId), Size: aws.ToInt64(v.Size), ETag: aws.ToString(v.ETag)}
+			l.versions = append(l.versions, ov)
+			if aws.ToBool(v.IsLatest) {
+				l.latest[ov.RelPath] = ov
+			}
+		}
+		for _, m := range res.DeleteMarkers {
+			l.versions = append(l.versions, records.ObjectVersion{RelPath: strings.TrimPrefix(aws.ToString(m.Key), prefix),
+				VersionID: aws.ToString(m.VersionId)})
+		}
+		if !aws.ToBool(res.IsTruncated) {
+			return l, nil
+		}
+		in.KeyMarker, in.VersionIdMarker = res.NextKeyMarker, res.NextVersionIdMarker
+	}
+}
 
-// blockFiles learns the block's files and their VersionIds: from
-// thanos.files plus one HEAD each, or — for a plain Prometheus meta.json
-// that does not list its files — from one LIST of the block's own prefix.
-func (p Planner) blockFiles(ctx context.Context, k blockkey.Key, meta *blockmeta.Meta) ([]records.ObjectVersion, error) {
+// files are the block's index and chunks at their current versions: those
+// thanos.files lists, checked against their listed sizes, or — for a plain
+// Prometheus meta.json that lists none — every current object but
+// meta.json and the marks. An error says which file is missing or wrong.
+func (l blockListing) files(k blockkey.Key, meta *blockmeta.Meta) ([]records.ObjectVersion, error) {
 	var out []records.ObjectVersion
 	if meta.Thanos != nil && len(meta.Thanos.Files) > 0 {
 		for _, f := range meta.Thanos.Files {
 			if f.RelPath == blockkey.MetaFile {
 				continue
 			}
-			head, err := p.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(p.Config.Bucket), Key: aws.String(k.Object(f.RelPath))})
-			if isNotFound(err) {
-				return nil, &missingFileError{key: k.Object(f.RelPath)}
+			v, ok := l.latest[f.RelPath]
+			if !ok {
+				return nil, fmt.Errorf("block file missing: %s", k.Object(f.RelPath))
 			}
-			if err != nil {
-				return nil, fmt.Errorf("head %s: %w", k.Object(f.RelPath), err)
+			if f.SizeBytes != 0 && v.Size != f.SizeBytes {
+				return nil, fmt.Errorf("block file missing: %s (size %d, meta.json says %d)", k.Object(f.RelPath), v.Size, f.SizeBytes)
 			}
-			size := aws.ToInt64(head.ContentLength)
-			if f.SizeBytes != 0 && size != f.SizeBytes {
-				return nil, &missingFileError{key: fmt.Sprintf("%s (size %d, meta.json says %d)", k.Object(f.RelPath), size, f.SizeBytes)}
-			}
-			out = append(out, records.ObjectVersion{RelPath: f.RelPath, VersionID: aws.ToString(head.VersionId), Size: size, ETag: aws.ToString(head.ETag)})
+			out = append(out, v)
 		}
 	} else {
-		prefix := k.BlockPrefix()
-		in := &s3.ListObjectVersionsInput{Bucket: aws.String(p.Config.Bucket), Prefix: aws.String(prefix)}
-		for {
-			res, err := p.S3.ListObjectVersions(ctx, in)
-			if err != nil {
-				return nil, fmt.Errorf("list %s: %w", prefix, err)
+		for rel, v := range l.latest {
+			if rel != blockkey.MetaFile && rel != blockkey.DeletionMarkFile && rel != blockkey.NoCompactMarkFile {
+				out = append(out, v)
 			}
-			for _, v := range res.Versions {
-				rel := strings.TrimPrefix(aws.ToString(v.Key), prefix)
-				if !aws.ToBool(v.IsLatest) || rel == blockkey.MetaFile || rel == blockkey.DeletionMarkFile || rel == blockkey.NoCompactMarkFile {
-					continue
-				}
-				out = append(out, records.ObjectVersion{RelPath: rel, VersionID: aws.ToString(v.VersionId), Size: aws.ToInt64(v.Size), ETag: aws.ToString(v.ETag)})
-			}
-			if !aws.ToBool(res.IsTruncated) {
-				break
-			}
-			in.KeyMarker, in.VersionIdMarker = res.NextKeyMarker, res.NextVersionIdMarker
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].RelPath < out[j].RelPath })
+	}
+	for _, f := range out {
+		if f.RelPath == blockkey.IndexFile {
+			return out, nil
 		}
 	}
-	hasIndex := false
-	for _, f := range out {
-		hasIndex = hasIndex || f.RelPath == blockkey.IndexFile
+	return nil, fmt.Errorf("block file missing: %s", k.Object(blockkey.IndexFile))
+}
+
+// notNamedBy lists the versions (and delete markers) of b's meta.json and
+// files that b's record does not name: another upload's. The marks are
+// not b's files and are left alone.
+func (l blockListing) notNamedBy(b records.Block) []records.ObjectVersion {
+	mine := map[string]bool{blockkey.MetaFile: true}
+	for _, f := range b.Files {
+		mine[f.RelPath] = true
 	}
-	if !hasIndex {
-		return nil, &missingFileError{key: k.Object(blockkey.IndexFile)}
+	var out []records.ObjectVersion
+	for _, v := range l.versions {
+		if mine[v.RelPath] && !b.Names(v.RelPath, v.VersionID) {
+			out = append(out, v)
+		}
 	}
-	return out, nil
+	return out
+}
+
+// sendSuperseded sends the deletion of the versions registration found
+// superseded (none on the happy path: nothing is sent).
+func (p Planner) sendSuperseded(ctx context.Context, k blockkey.Key, b records.Block) error {
+	if len(b.Superseded) == 0 {
+		return nil
+	}
+	p.Logger.WarnContext(ctx, "block was uploaded more than once before registration; deleting the versions not recorded",
+		"tenant", k.Tenant, "block", b.ID, "versions", len(b.Superseded))
+	return p.sendStray(ctx, k, b, b.Superseded)
+}
+
+// sendStray sends a DELETE_STRAY op for vs. The uploader never deletes a
+// version the block's record names, whatever the op says.
+func (p Planner) sendStray(ctx context.Context, k blockkey.Key, b records.Block, vs []records.ObjectVersion) error {
+	if len(vs) == 0 {
+		return nil
+	}
+	stray := make([]messages.StrayVersion, 0, len(vs))
+	for _, v := range vs {
+		stray = append(stray, messages.StrayVersion{RelPath: v.RelPath, VersionID: v.VersionID})
+	}
+	return p.Send.Op(ctx, messages.BlockOp{Op: messages.OpDeleteStray, Tenant: k.Tenant, Block: k.Block.String(),
+		Gen: b.Gen, Stray: stray, Nonce: strayNonce(stray)})
 }
 
 func (p Planner) getObject(ctx context.Context, key, vid string) ([]byte, string, error) {

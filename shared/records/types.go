@@ -60,6 +60,12 @@ type Block struct {
 	ProducedBy string `dynamodbav:"producedBy,omitempty"`
 	// Files are the block's index and chunks with their VersionIds.
 	Files []ObjectVersion `dynamodbav:"files"`
+	// Superseded are versions of an upload's files that the record does
+	// not name, found at registration (the block was uploaded more than
+	// once before its first notification was handled). They are deleted by
+	// a DELETE_STRAY op, sent again on every duplicate notification, so a
+	// registration that dies before sending it loses nothing.
+	Superseded []ObjectVersion `dynamodbav:"superseded,omitempty"`
 	// Meta is the meta.json body: read at registration for uploads, the
 	// body the uploader publishes for outputs.
 	Meta          string `dynamodbav:"meta"`

@@ -59,19 +59,32 @@ func (r *replay) dyingOn(a *actor, match string) *dyingSQS {
 	return d
 }
 
-// throttledHead fails the first HEAD of a key ending in suffix with S3's
-// 503 SlowDown.
-type throttledHead struct {
+// throttledLookup fails, with S3's 503 SlowDown, the first HEAD of a key
+// ending in suffix and the first LIST: how the planner looks for a
+// re-upload's versions (HEADs until 3790d42, one LIST of the block's
+// prefix since).
+type throttledLookup struct {
 	pipeline.S3
-	suffix string
-	done   atomic.Bool
+	suffix     string
+	head, list atomic.Bool
 }
 
-func (t *throttledHead) HeadObject(ctx context.Context, in *s3.HeadObjectInput, o ...func(*s3.Options)) (*s3.HeadObjectOutput, error) {
-	if strings.HasSuffix(aws.ToString(in.Key), t.suffix) && t.done.CompareAndSwap(false, true) {
-		return nil, &smithy.GenericAPIError{Code: "SlowDown", Message: "Please reduce your request rate.", Fault: smithy.FaultServer}
+func slowDown() error {
+	return &smithy.GenericAPIError{Code: "SlowDown", Message: "Please reduce your request rate.", Fault: smithy.FaultServer}
+}
+
+func (t *throttledLookup) HeadObject(ctx context.Context, in *s3.HeadObjectInput, o ...func(*s3.Options)) (*s3.HeadObjectOutput, error) {
+	if strings.HasSuffix(aws.ToString(in.Key), t.suffix) && t.head.CompareAndSwap(false, true) {
+		return nil, slowDown()
 	}
 	return t.S3.HeadObject(ctx, in, o...)
+}
+
+func (t *throttledLookup) ListObjectVersions(ctx context.Context, in *s3.ListObjectVersionsInput, o ...func(*s3.Options)) (*s3.ListObjectVersionsOutput, error) {
+	if t.list.CompareAndSwap(false, true) {
+		return nil, slowDown()
+	}
+	return t.S3.ListObjectVersions(ctx, in, o...)
 }
 
 // TestBugDeleteLostWhenSweepDiesAfterStartDelete (chaos seeds 1, 3): the
@@ -249,7 +262,9 @@ func TestBugMarkLostWhenRivalCleanerRetires(t *testing.T) {
 // each file to find its new version — but treats any HEAD error as "this
 // file was not re-uploaded". One throttled HEAD (S3's 503 SlowDown) and
 // that file's new version is left out of the DELETE_STRAY: it stays in the
-// bucket, named by no record, for good (I4).
+// bucket, named by no record, for good (I4). The planner now finds the
+// versions with one LIST; the same holds of it: the first LIST is
+// throttled too, and must fail the message, not drop versions.
 func TestBugRecogniseIgnoresFailedHead(t *testing.T) {
 	t.Parallel()
 	w := newWorld004(t)
@@ -257,7 +272,7 @@ func TestBugRecogniseIgnoresFailedHead(t *testing.T) {
 	w.pump(w.main, nil)
 	w.wantState(w.g, 1, records.GroupRetired)
 	planner := w.actor("planner", nil)
-	planner.deps.S3 = &throttledHead{S3: planner.deps.S3, suffix: "/index"}
+	planner.deps.S3 = &throttledLookup{S3: planner.deps.S3, suffix: "/index"}
 	w.reupload(corpus.v1[1])
 	for _, ev := range w.takeEvents() {
 		if err := wait(t, w.goEvent(planner, ev)); err != nil {
