@@ -310,6 +310,75 @@ func TestIncident004StaleOpsDropped(t *testing.T) {
 	w.finish()
 }
 
+// TestIncident004StaleOpSameStateNewerGen: the late op that only its gen
+// can stop — one that finds its block in the very state it was sent for.
+// Version 1's outputs are published (a copy of each PUBLISH kept); a late
+// block makes version 2, which claims them; version 2 stalls and is
+// superseded, and its cleanup releases them: LIVE again, at a newer gen.
+// The late PUBLISH copies arrive then. Each must be dropped at its gen, not
+// act (the Monitor judges the uploader's decision; the records and the
+// bucket must not change).
+func TestIncident004StaleOpSameStateNewerGen(t *testing.T) {
+	t.Parallel()
+	w := newWorld004(t)
+	w.upload(corpus.v1...)
+	var late []testworld.Mail
+	for round := 0; round < 20; round++ {
+		w.drainEvents(w.main)
+		mail := w.mb.Take(nil)
+		if len(mail) == 0 {
+			break
+		}
+		for _, m := range mail {
+			if isOp(messages.OpPublish, "")(m) {
+				late = append(late, m)
+			}
+			if err := w.deliver(w.main, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	w.wantState(w.g, 1, records.GroupRetired)
+	if len(late) == 0 {
+		t.Fatal("no PUBLISH op to replay")
+	}
+	v2Jobs := func(m testworld.Mail) bool {
+		j, ok := m.Msg.(messages.Job)
+		return ok && j.Version == 2
+	}
+	w.upload(corpus.late)
+	w.pump(w.main, v2Jobs)
+	w.wantState(w.g, 2, records.GroupPlanned)
+	w.clock.Advance(stuckAfter + time.Minute)
+	w.sweep(w.main)
+	w.wantState(w.g, 2, records.GroupSuperseded)
+	before := map[string]records.Block{}
+	for _, m := range late {
+		op := m.Msg.(messages.BlockOp)
+		b := w.block(op.Block)
+		if b.State != records.BlockLive || b.Gen <= op.Gen {
+			t.Fatalf("output %s is %s at gen %d; want LIVE again at a gen above the PUBLISH's %d", b.ID, b.State, b.Gen, op.Gen)
+		}
+		before[b.ID] = b
+	}
+	vs := w.objectVersions(late[0].Msg.(messages.BlockOp).Block)
+	for _, m := range late {
+		if err := w.deliver(w.main, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id, b := range before {
+		if a := w.block(id); a.Gen != b.Gen || a.MetaVersionID != b.MetaVersionID || a.State != b.State {
+			t.Errorf("a late PUBLISH changed %s: gen %d→%d, meta %s→%s, %s→%s", id, b.Gen, a.Gen, b.MetaVersionID, a.MetaVersionID, b.State, a.State)
+		}
+	}
+	if after := w.objectVersions(late[0].Msg.(messages.BlockOp).Block); !slices.Equal(vs, after) {
+		t.Errorf("a late PUBLISH changed the bucket: %v → %v", vs, after)
+	}
+	t.Logf("%d late PUBLISH ops met their outputs LIVE at a newer gen and were dropped", len(late))
+	w.finish()
+}
+
 // TestIncident004PublishDelayedPastDeletionDelay: the ops of different keys
 // have no order between them. Version 1 completes; one output's PUBLISH is
 // delayed — longer than the deletion delay. The sources may be marked and
