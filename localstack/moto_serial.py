@@ -22,8 +22,12 @@ depends on a condition or on shared queue state:
     so the wrapper turns it into short polls (WaitTimeSeconds = 0), each under
     the lock, until a message arrives or the wait is over.
 
-Everything else (plain S3 GET/PUT/LIST, the moto API) runs concurrently, as in
-moto_server. S3 -> SQS notifications are sent by moto in-process during the
+  * every other S3 PUT and DELETE and every bucket listing: moto's listing
+    iterates (and deep-copies) the bucket's version lists while a write may
+    change them, which crashes the listing.
+
+Everything else (S3 GETs and HEADs of objects, the moto API) runs
+concurrently, as in moto_server. S3 -> SQS notifications are sent by moto in-process during the
 S3 request, so they are delivered exactly as by moto_server.
 
 A request body is read completely before the lock is taken, so a slow client
@@ -110,10 +114,22 @@ def classify(environ):
         return "serial"
     if method == "DELETE" and environ.get("HTTP_IF_MATCH"):
         return "serial"
+    if method in ("PUT", "DELETE") or (method == "GET" and is_bucket_listing(query)):
+        # moto's ListObjectVersions deep-copies every version of the bucket
+        # while a plain PUT or DELETE may change a key's version list under
+        # it (seen: TypeError 'NoneType' object is not iterable, a 500).
+        return "serial"
     if method == "POST" and ("uploadId=" in query or "uploads" in query):
         # CreateMultipartUpload / CompleteMultipartUpload.
         return "serial"
     return ""
+
+
+def is_bucket_listing(query):
+    """True for ListObjectVersions (?versions), ListObjectsV2 (?list-type=2)
+    and ListObjects (a bucket GET with prefix or marker parameters)."""
+    names = {part.split("=", 1)[0] for part in query.split("&") if part}
+    return bool(names & {"versions", "list-type", "prefix", "marker", "delimiter"})
 
 
 class Captured:
