@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/planning"
@@ -350,7 +348,7 @@ func (c Cleaner) cleanupSuperseded(ctx context.Context, head records.Group) erro
 	return nil
 }
 
-// orphans deletes every object version under the output keys of a final
+// orphans deletes every object version (and delete marker) under the output keys of a final
 // version that no record names: objects of attempts that lost. It lists
 // only those blocks' own prefixes, and only for partitions where a second
 // job can have written: more than one lease taken, or one taken and never
@@ -372,26 +370,15 @@ func (c Cleaner) orphans(ctx context.Context, head records.Group, parts []record
 		if err != nil {
 			return err
 		}
-		prefix := k.BlockPrefix()
+		l, err := c.listBlock(ctx, k)
+		if err != nil {
+			return fmt.Errorf("orphans of %s: %w", head.Ref(), err)
+		}
 		var stray []messages.StrayVersion
-		in := &s3.ListObjectVersionsInput{Bucket: aws.String(c.Config.Bucket), Prefix: aws.String(prefix)}
-		for {
-			res, err := c.S3.ListObjectVersions(ctx, in)
-			if err != nil {
-				return fmt.Errorf("orphans of %s: list %s: %w", head.Ref(), prefix, err)
+		for _, v := range l.versions {
+			if !known || !rec.Names(v.RelPath, v.VersionID) {
+				stray = append(stray, messages.StrayVersion{RelPath: v.RelPath, VersionID: v.VersionID})
 			}
-			for _, v := range res.Versions {
-				rel := strings.TrimPrefix(aws.ToString(v.Key), prefix)
-				vid := aws.ToString(v.VersionId)
-				if known && rec.Names(rel, vid) {
-					continue
-				}
-				stray = append(stray, messages.StrayVersion{RelPath: rel, VersionID: vid})
-			}
-			if !aws.ToBool(res.IsTruncated) {
-				break
-			}
-			in.KeyMarker, in.VersionIdMarker = res.NextKeyMarker, res.NextVersionIdMarker
 		}
 		if len(stray) == 0 {
 			continue

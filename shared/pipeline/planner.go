@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sort"
-	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -122,36 +120,16 @@ func (p Planner) recognise(ctx context.Context, k blockkey.Key, b records.Block,
 		log.InfoContext(ctx, "event for Sluice's own output being published", "state", b.State, "gen", b.Gen)
 		return nil
 	}
-	if b.ProducedBy == "" && b.State != records.BlockRejected {
-		// One LIST finds this upload's versions and those of any upload
-		// before the registered one (whose event may come only now).
-		l, err := p.listBlock(ctx, k)
-		if err != nil {
-			return fmt.Errorf("re-upload of %s: %w", k.BlockKey(), err)
-		}
-		stray := l.notNamedBy(b)
-		log.WarnContext(ctx, "re-upload of a block Sluice already knows; the versions its record does not name will be deleted",
-			"state", b.State, "gen", b.Gen, "versions", len(stray))
-		return p.sendStray(ctx, k, b, stray)
+	// A re-upload. One LIST finds its versions and those of any upload
+	// before the registered one, whose event may come only now.
+	l, err := p.listBlock(ctx, k)
+	if err != nil {
+		return fmt.Errorf("re-upload of %s: %w", k.BlockKey(), err)
 	}
-	var stray []messages.StrayVersion
-	stray = append(stray, messages.StrayVersion{RelPath: blockkey.MetaFile, VersionID: vid})
-	for _, f := range b.Files {
-		head, err := p.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(p.Config.Bucket), Key: aws.String(k.Object(f.RelPath))})
-		if isNotFound(err) {
-			continue // gone: nothing stray
-		}
-		if err != nil {
-			return fmt.Errorf("re-upload of %s: head %s: %w", k.BlockKey(), f.RelPath, err)
-		}
-		if v := aws.ToString(head.VersionId); v != "" && v != f.VersionID {
-			stray = append(stray, messages.StrayVersion{RelPath: f.RelPath, VersionID: v})
-		}
-	}
-	log.WarnContext(ctx, "re-upload of a block Sluice already knows; its new versions will be deleted",
+	stray := l.notNamedBy(b)
+	log.WarnContext(ctx, "re-upload of a block Sluice already knows; the versions its record does not name will be deleted",
 		"state", b.State, "gen", b.Gen, "versions", len(stray))
-	return p.Send.Op(ctx, messages.BlockOp{Op: messages.OpDeleteStray, Tenant: k.Tenant, Block: k.Block.String(),
-		Gen: b.Gen, Stray: stray, Nonce: vid})
+	return p.sendStray(ctx, k, b, stray)
 }
 
 // register reads what the block is made of and puts its record: LIVE, or
@@ -216,98 +194,6 @@ func memberRanges(pol planning.Policy, level int, minT, maxT int64) []planning.G
 	for k := max(level, 1); k <= pol.TopLevel(); k++ {
 		if g, ok := pol.GroupFor(k, minT, maxT); ok {
 			out = append(out, g)
-		}
-	}
-	return out
-}
-
-// blockListing is every version under one block's own prefix, from one
-// LIST: what registration learns the block's files from, whether it
-// carries a no-compact mark, and which versions an earlier or later upload
-// of it left.
-type blockListing struct {
-	latest   map[string]records.ObjectVersion // rel path → its current version
-	versions []records.ObjectVersion          // every version and delete marker
-}
-
-// listBlock lists the versions under k's own prefix (a few keys; Sluice
-// never lists a tenant or the bucket).
-func (p Planner) listBlock(ctx context.Context, k blockkey.Key) (blockListing, error) {
-	l := blockListing{latest: map[string]records.ObjectVersion{}}
-	prefix := k.BlockPrefix()
-	in := &s3.ListObjectVersionsInput{Bucket: aws.String(p.Config.Bucket), Prefix: aws.String(prefix)}
-	for {
-		res, err := p.S3.ListObjectVersions(ctx, in)
-		if err != nil {
-			return l, fmt.Errorf("list %s: %w", prefix, err)
-		}
-		for _, v := range res.Versions {
-			ov := records.ObjectVersion{RelPath: strings.TrimPrefix(aws.ToString(v.Key), prefix),
-				VersionID: aws.ToString(v.VersionId), Size: aws.ToInt64(v.Size), ETag: aws.ToString(v.ETag)}
-			l.versions = append(l.versions, ov)
-			if aws.ToBool(v.IsLatest) {
-				l.latest[ov.RelPath] = ov
-			}
-		}
-		for _, m := range res.DeleteMarkers {
-			l.versions = append(l.versions, records.ObjectVersion{RelPath: strings.TrimPrefix(aws.ToString(m.Key), prefix),
-				VersionID: aws.ToString(m.VersionId)})
-		}
-		if !aws.ToBool(res.IsTruncated) {
-			return l, nil
-		}
-		in.KeyMarker, in.VersionIdMarker = res.NextKeyMarker, res.NextVersionIdMarker
-	}
-}
-
-// files are the block's index and chunks at their current versions: those
-// thanos.files lists, checked against their listed sizes, or — for a plain
-// Prometheus meta.json that lists none — every current object but
-// meta.json and the marks. An error says which file is missing or wrong.
-func (l blockListing) files(k blockkey.Key, meta *blockmeta.Meta) ([]records.ObjectVersion, error) {
-	var out []records.ObjectVersion
-	if meta.Thanos != nil && len(meta.Thanos.Files) > 0 {
-		for _, f := range meta.Thanos.Files {
-			if f.RelPath == blockkey.MetaFile {
-				continue
-			}
-			v, ok := l.latest[f.RelPath]
-			if !ok {
-				return nil, fmt.Errorf("block file missing: %s", k.Object(f.RelPath))
-			}
-			if f.SizeBytes != 0 && v.Size != f.SizeBytes {
-				return nil, fmt.Errorf("block file missing: %s (size %d, meta.json says %d)", k.Object(f.RelPath), v.Size, f.SizeBytes)
-			}
-			out = append(out, v)
-		}
-	} else {
-		for rel, v := range l.latest {
-			if rel != blockkey.MetaFile && rel != blockkey.DeletionMarkFile && rel != blockkey.NoCompactMarkFile {
-				out = append(out, v)
-			}
-		}
-		sort.Slice(out, func(i, j int) bool { return out[i].RelPath < out[j].RelPath })
-	}
-	for _, f := range out {
-		if f.RelPath == blockkey.IndexFile {
-			return out, nil
-		}
-	}
-	return nil, fmt.Errorf("block file missing: %s", k.Object(blockkey.IndexFile))
-}
-
-// notNamedBy lists the versions (and delete markers) of b's meta.json and
-// files that b's record does not name: another upload's. The marks are
-// not b's files and are left alone.
-func (l blockListing) notNamedBy(b records.Block) []records.ObjectVersion {
-	mine := map[string]bool{blockkey.MetaFile: true}
-	for _, f := range b.Files {
-		mine[f.RelPath] = true
-	}
-	var out []records.ObjectVersion
-	for _, v := range l.versions {
-		if mine[v.RelPath] && !b.Names(v.RelPath, v.VersionID) {
-			out = append(out, v)
 		}
 	}
 	return out
