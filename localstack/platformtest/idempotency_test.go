@@ -35,18 +35,21 @@ func TestTransactionTokenIsIdempotent(t *testing.T) {
 		})
 		return err
 	}
-	if err := put("A", "token-1"); err != nil {
+	// Tokens unique to this run: the emulator may outlive it (`make up`),
+	// and it remembers tokens as DynamoDB does, across tables.
+	token1, token2 := table+"-token-1", table+"-token-2"
+	if err := put("A", token1); err != nil {
 		t.Fatalf("first: %v", err)
 	}
-	if err := put("A", "token-1"); err != nil {
+	if err := put("A", token1); err != nil {
 		t.Fatalf("the same request with the same token must succeed again: %v", err)
 	}
 	var cancelled *ddbtypes.TransactionCanceledException
-	if err := put("A", "token-2"); !errors.As(err, &cancelled) {
+	if err := put("A", token2); !errors.As(err, &cancelled) {
 		t.Fatalf("a new token must evaluate the condition again: %v", err)
 	}
 	var mismatch *ddbtypes.IdempotentParameterMismatchException
-	if err := put("B", "token-1"); !errors.As(err, &mismatch) {
+	if err := put("B", token1); !errors.As(err, &mismatch) {
 		t.Fatalf("the token with another request: %v, want IdempotentParameterMismatch", err)
 	}
 }
