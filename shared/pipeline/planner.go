@@ -175,6 +175,9 @@ func (p Planner) register(ctx context.Context, k blockkey.Key, body []byte, vid 
 		log.InfoContext(ctx, "block carries a no-compact mark; it is never a source")
 	}
 	b.State = records.BlockLive
+	if err := p.step(ctx, "planner.before-register", b.Key()); err != nil {
+		return b, err
+	}
 	if err := p.Store.RegisterBlock(ctx, b, p.memberRanges(b.Level, b.MinT, b.MaxT)); err != nil {
 		return b, err
 	}

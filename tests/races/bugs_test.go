@@ -383,3 +383,44 @@ func TestBugSecondOrphanSweepLostWhenCleanupDiesAfterReplan(t *testing.T) {
 	}
 	w.finish()
 }
+
+// TestRegistrationRacingReupload: registration lists the block and then
+// puts its record; between the two, the shipper uploads the block again
+// and a second planner registers it from the new versions, recording the
+// first upload's as superseded. The first planner's record loses; it must
+// not delete what the winner recorded, and the first upload's versions
+// must go (I1–I4 at quiescence, the Monitor's I1 online: no delete of a
+// recorded version).
+func TestRegistrationRacingReupload(t *testing.T) {
+	t.Parallel()
+	w := newWorld004(t)
+	b := corpus.v1[0]
+	w.upload(b)
+	first := w.takeEvents()
+	if len(first) == 0 {
+		t.Fatal("no notification of the first upload")
+	}
+	slow := w.actor("planner-a", nil)
+	at := slow.steps.At("planner.before-register", blockID(b))
+	done := w.goEvent(slow, first[0])
+	at.Wait(t, 30*time.Second)
+	w.reupload(b)
+	for _, ev := range w.takeEvents() {
+		if err := wait(t, w.goEvent(w.main, ev)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	won := w.block(blockID(b))
+	if len(won.Superseded) == 0 {
+		t.Fatalf("the second registration recorded no superseded versions: %+v", won)
+	}
+	at.Release()
+	if err := wait(t, done); err != nil {
+		t.Fatal(err)
+	}
+	if after := w.block(blockID(b)); after.MetaVersionID != won.MetaVersionID || after.Gen != won.Gen {
+		t.Fatalf("the losing registration changed the record: meta %s→%s, gen %d→%d", won.MetaVersionID, after.MetaVersionID, won.Gen, after.Gen)
+	}
+	w.upload(corpus.v1[1:]...)
+	w.finish()
+}
