@@ -44,6 +44,30 @@ func isOp(kind messages.OpKind, block string) func(testworld.Mail) bool {
 	}
 }
 
+// pumpKeeping delivers everything to main until nothing is left, as pump
+// does, and returns a copy of each delivered message keep selects, for a
+// test to deliver again late.
+func (w *world004) pumpKeeping(keep func(testworld.Mail) bool) []testworld.Mail {
+	w.t.Helper()
+	var kept []testworld.Mail
+	for round := 0; round < 20; round++ {
+		w.drainEvents(w.main)
+		mail := w.mb.Take(nil)
+		if len(mail) == 0 {
+			break
+		}
+		for _, m := range mail {
+			if keep(m) {
+				kept = append(kept, m)
+			}
+			if err := w.deliver(w.main, m); err != nil {
+				w.t.Fatal(err)
+			}
+		}
+	}
+	return kept
+}
+
 // blockID is the ULID of an uploaded block (its directory's name).
 func blockID(b blockgen.Block) string { return b.Meta.ULID.String() }
 
@@ -259,22 +283,9 @@ func TestIncident004StaleOpsDropped(t *testing.T) {
 	t.Parallel()
 	w := newWorld004(t)
 	w.upload(corpus.v1...)
-	var late []testworld.Mail
-	for round := 0; round < 20; round++ {
-		w.drainEvents(w.main)
-		mail := w.mb.Take(nil)
-		if len(mail) == 0 {
-			break
-		}
-		for _, m := range mail {
-			if isOp(messages.OpPublish, "")(m) || isOp(messages.OpMark, "")(m) {
-				late = append(late, m)
-			}
-			if err := w.deliver(w.main, m); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	late := w.pumpKeeping(func(m testworld.Mail) bool {
+		return isOp(messages.OpPublish, "")(m) || isOp(messages.OpMark, "")(m)
+	})
 	w.wantState(w.g, 1, records.GroupRetired)
 	w.upload(corpus.late)
 	w.pump(w.main, nil)
@@ -322,22 +333,7 @@ func TestIncident004StaleOpSameStateNewerGen(t *testing.T) {
 	t.Parallel()
 	w := newWorld004(t)
 	w.upload(corpus.v1...)
-	var late []testworld.Mail
-	for round := 0; round < 20; round++ {
-		w.drainEvents(w.main)
-		mail := w.mb.Take(nil)
-		if len(mail) == 0 {
-			break
-		}
-		for _, m := range mail {
-			if isOp(messages.OpPublish, "")(m) {
-				late = append(late, m)
-			}
-			if err := w.deliver(w.main, m); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	late := w.pumpKeeping(isOp(messages.OpPublish, ""))
 	w.wantState(w.g, 1, records.GroupRetired)
 	if len(late) == 0 {
 		t.Fatal("no PUBLISH op to replay")
