@@ -60,6 +60,7 @@ import signal
 import sys
 import threading
 import time
+import zlib
 
 from werkzeug.serving import run_simple
 
@@ -187,10 +188,11 @@ class SerialisingApp:
         re-applying it, instead of failing on its own first write. The same
         token with another request is IdempotentParameterMismatch. Tokens
         are kept for DynamoDB's ten minutes. Runs under the lock."""
-        token = None
+        token, request = None, None
         if environ.get("HTTP_X_AMZ_TARGET", "").endswith(".TransactWriteItems"):
             try:
-                token = json.loads(body or b"{}").get("ClientRequestToken")
+                request = json.loads(body or b"{}")
+                token = request.get("ClientRequestToken")
             except (ValueError, AttributeError):
                 token = None
         if not token:
@@ -200,20 +202,30 @@ class SerialisingApp:
             del self.tokens[t]
         seen = self.tokens.get(token)
         if seen is not None:
-            seen_body, seen_resp, _ = seen
-            if seen_body == body:
+            seen_request, seen_resp, _ = seen
+            # DynamoDB compares requests, not bytes: the AWS SDK for Go
+            # serialises an item's attributes (a Go map) in map iteration
+            # order, so a retry of the very same request can arrive with
+            # its keys in another order. Parsed JSON objects compare
+            # without regard to key order; lists (TransactItems) keep theirs.
+            if seen_request == request:
                 return seen_resp
             mismatch = Captured()
             mismatch.status = "400 BAD REQUEST"
-            mismatch.headers = [("Content-Type", "application/x-amz-json-1.0")]
             mismatch.body = json.dumps({
                 "__type": "com.amazonaws.dynamodb.v20120810#IdempotentParameterMismatchException",
                 "message": "the ClientRequestToken was used with another request",
             }).encode()
+            # DynamoDB signs every response body with its CRC32; the SDK
+            # checks it (and warns when it is missing).
+            mismatch.headers = [
+                ("Content-Type", "application/x-amz-json-1.0"),
+                ("x-amz-crc32", str(zlib.crc32(mismatch.body))),
+            ]
             return mismatch
         captured = Captured().call(self.app, environ)
         if captured.status.startswith("200"):
-            self.tokens[token] = (body, captured, now)
+            self.tokens[token] = (request, captured, now)
         return captured
 
     def receive(self, environ, body, start_response):

@@ -10,7 +10,7 @@
 #   make races                 the incident replays and the bug replays
 #   make fuzz-proofs           each decoder's fuzz target for FUZZTIME (30s)
 
-.PHONY: chaos races fuzz-proofs
+.PHONY: chaos races fuzz-proofs flake-hunt
 
 SEEDS ?= 100
 SEED ?=
@@ -44,3 +44,7 @@ fuzz-proofs:
 	$(GO) test ./shared/blockmeta/ -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./shared/messages/ -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./shared/s3event/ -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
+
+## flake-hunt: FLAKE_RUNS runs (20) of FLAKE_PKGS (the integration packages) with both cores loaded; prints each test's failures
+flake-hunt:
+	bash scripts/flake-hunt.sh
