@@ -42,8 +42,12 @@ import (
 const DefaultEndpoint = "http://127.0.0.1:4566"
 
 // DefaultVisibilityTimeout is every test queue's visibility timeout unless
-// WithVisibilityTimeout says otherwise.
-const DefaultVisibilityTimeout = 5 * time.Second
+// WithVisibilityTimeout says otherwise: long enough that a handler slowed
+// down by a loaded machine (seen: a batch of ten planner messages taking
+// 20 s while the whole suite shares one emulator) is never redelivered
+// while it works. Tests that want failures back sooner set the runner's
+// RetryAfter (testworld does).
+const DefaultVisibilityTimeout = 60 * time.Second
 
 // Env is one test's deployment and the clients to use it.
 type Env struct {

@@ -40,6 +40,10 @@ type Options struct {
 	S3 pipeline.S3
 	// Wrap, when set, wraps each handler (fault injection, counting).
 	Wrap func(name string, h runner.Handler) runner.Handler
+	// RetryAfter brings failed messages back after this long instead of
+	// after the queue's visibility timeout (runner.Source.RetryAfter);
+	// zero is Lambda's behaviour.
+	RetryAfter time.Duration
 }
 
 // Pipeline is the running pipeline's parts.
@@ -93,7 +97,7 @@ func New(clients *awsenv.Clients, d provision.Deployment, opts Options) (*Pipeli
 	for _, q := range d.Resources.Queues {
 		sources = append(sources, runner.Source{
 			Name: string(q.Consumer), QueueURL: d.QueueURLs[q.ID], FIFO: q.FIFO,
-			BatchSize: q.BatchSize, MaxConcurrency: min(q.MaxConcurrency, 4),
+			BatchSize: q.BatchSize, MaxConcurrency: min(q.MaxConcurrency, 4), RetryAfter: opts.RetryAfter,
 			Handler: wrap(string(q.Consumer), handlers[q.ID]),
 		})
 	}

@@ -179,6 +179,35 @@ func (r *Runner) handle(ctx context.Context, s *Source, q queueInfo, gate *group
 		log.DebugContext(ctx, "batch done")
 	}
 	r.deleteAll(ctx, s, msgs, keep)
+	r.retrySoon(ctx, s, msgs, keep)
+}
+
+// retrySoon makes the kept messages visible again after s.RetryAfter (see
+// Source.RetryAfter); without it they wait out the visibility timeout.
+func (r *Runner) retrySoon(ctx context.Context, s *Source, msgs []sqstypes.Message, keep map[string]bool) {
+	if s.RetryAfter <= 0 || len(keep) == 0 {
+		return
+	}
+	secs := int32(max((s.RetryAfter+time.Second-1)/time.Second, 1))
+	var entries []sqstypes.ChangeMessageVisibilityBatchRequestEntry
+	for i, m := range msgs {
+		if keep[aws.ToString(m.MessageId)] {
+			entries = append(entries, sqstypes.ChangeMessageVisibilityBatchRequestEntry{
+				Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: secs,
+			})
+		}
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	out, err := r.sqs.ChangeMessageVisibilityBatch(cctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(s.QueueURL), Entries: entries})
+	if err != nil {
+		r.log.WarnContext(ctx, "could not bring failed messages back early; they return after the visibility timeout", "source", s.Name, "err", err)
+		return
+	}
+	for _, f := range out.Failed {
+		r.log.WarnContext(ctx, "could not bring a failed message back early", "source", s.Name,
+			"code", aws.ToString(f.Code), "err", aws.ToString(f.Message))
+	}
 }
 
 func (r *Runner) began() {

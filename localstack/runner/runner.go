@@ -71,7 +71,16 @@ type Source struct {
 	// Timeout, when positive, is the handler's deadline, as a function's
 	// timeout is in Lambda.
 	Timeout time.Duration
-	Handler Handler
+	// RetryAfter, when positive, brings the messages a batch leaves on the
+	// queue (reported failures, the FIFO messages after them, a failed
+	// batch) back after RetryAfter (whole seconds, at least one) instead of
+	// after the queue's visibility timeout, by ChangeMessageVisibility.
+	// Lambda has no such setting; tests use it so that a queue's
+	// visibility timeout can be long enough that a slow handler on a
+	// loaded machine is never redelivered while a failure still comes back
+	// at once. Zero is Lambda's behaviour.
+	RetryAfter time.Duration
+	Handler    Handler
 }
 
 // SourceStats counts what a source (or a timer) did.

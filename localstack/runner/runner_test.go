@@ -21,6 +21,17 @@ import (
 // quiet is how long the pipeline must be still before RunUntilIdle returns.
 const quiet = 300 * time.Millisecond
 
+// The tests of failures run with a visibility timeout long enough that a
+// handled message is never redelivered, however loaded the machine (a
+// success redelivered would be counted twice), and bring failures back
+// after retryAfter (Source.RetryAfter). Their run limit is below the
+// visibility timeout: a failure that waited it out fails the test.
+const (
+	longVisibility  = 60 * time.Second
+	retryAfter      = time.Second
+	failureRunLimit = 45 * time.Second
+)
+
 // send puts bodies on a queue, in order; for a FIFO queue all in group,
 // each with an explicit deduplication id.
 func send(t *testing.T, c *sqs.Client, url, group string, bodies ...string) {
@@ -206,7 +217,7 @@ func TestPartialFailure(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			env := envtest.New(t, envtest.WithVisibilityTimeout(time.Second))
+			env := envtest.New(t, envtest.WithVisibilityTimeout(longVisibility))
 			url := env.Deployment.QueueURLs[tc.queue]
 			for _, g := range []string{"", "g", "h"} {
 				if bodies, ok := tc.sent[g]; ok {
@@ -230,9 +241,9 @@ func TestPartialFailure(t *testing.T) {
 				return resp, nil
 			}
 			r := runner.New(env.Clients.SQS, env.Logger, runner.Source{
-				Name: "src", QueueURL: url, FIFO: tc.fifo, BatchSize: 10, MaxConcurrency: 2, Handler: h,
+				Name: "src", QueueURL: url, FIFO: tc.fifo, BatchSize: 10, MaxConcurrency: 2, Handler: h, RetryAfter: retryAfter,
 			})
-			runUntilIdle(t, r, 30*time.Second)
+			runUntilIdle(t, r, failureRunLimit)
 
 			for _, bodies := range tc.sent {
 				for _, b := range bodies {
@@ -266,7 +277,7 @@ func TestPartialFailure(t *testing.T) {
 // batch for redelivery, and a panic does not stop the runner.
 func TestHandlerErrorAndPanicFailTheBatch(t *testing.T) {
 	t.Parallel()
-	env := envtest.New(t, envtest.WithVisibilityTimeout(time.Second))
+	env := envtest.New(t, envtest.WithVisibilityTimeout(longVisibility))
 	url := env.Deployment.QueueURLs[spec.BlockEvents]
 	send(t, env.Clients.SQS, url, "", "a", "b", "c")
 	var mu sync.Mutex
@@ -288,8 +299,8 @@ func TestHandlerErrorAndPanicFailTheBatch(t *testing.T) {
 		}
 		return events.SQSEventResponse{}, nil
 	}
-	r := runner.New(env.Clients.SQS, env.Logger, runner.Source{Name: "src", QueueURL: url, BatchSize: 10, MaxConcurrency: 1, Handler: h})
-	runUntilIdle(t, r, 30*time.Second)
+	r := runner.New(env.Clients.SQS, env.Logger, runner.Source{Name: "src", QueueURL: url, BatchSize: 10, MaxConcurrency: 1, Handler: h, RetryAfter: retryAfter})
+	runUntilIdle(t, r, failureRunLimit)
 	for _, b := range []string{"a", "b", "c"} {
 		if deliveries[b] < 2 {
 			t.Errorf("%s delivered %d times: a failed batch was deleted", b, deliveries[b])
@@ -312,7 +323,7 @@ func TestPoisonMessageGoesToDLQ(t *testing.T) {
 		t.Run(string(tc.queue), func(t *testing.T) {
 			t.Parallel()
 			const maxReceive = 2
-			env := envtest.New(t, envtest.WithVisibilityTimeout(time.Second), envtest.WithMaxReceiveCount(maxReceive))
+			env := envtest.New(t, envtest.WithVisibilityTimeout(longVisibility), envtest.WithMaxReceiveCount(maxReceive))
 			d := env.Deployment
 			poison := `{"poison":"body with \"quotes\" and ünïcode"}`
 			send(t, env.Clients.SQS, d.QueueURLs[tc.queue], tc.group, poison)
@@ -331,9 +342,9 @@ func TestPoisonMessageGoesToDLQ(t *testing.T) {
 				return resp, nil
 			}
 			r := runner.New(env.Clients.SQS, env.Logger, runner.Source{
-				Name: "src", QueueURL: d.QueueURLs[tc.queue], FIFO: tc.group != "", BatchSize: 1, MaxConcurrency: 2, Handler: h,
+				Name: "src", QueueURL: d.QueueURLs[tc.queue], FIFO: tc.group != "", BatchSize: 1, MaxConcurrency: 2, Handler: h, RetryAfter: retryAfter,
 			})
-			runUntilIdle(t, r, 30*time.Second)
+			runUntilIdle(t, r, failureRunLimit)
 			if receives != maxReceive {
 				t.Errorf("poison handled %d times, want maxReceiveCount = %d", receives, maxReceive)
 			}

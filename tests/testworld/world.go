@@ -71,6 +71,12 @@ func New(t testing.TB, o Options) *World {
 	if po.SweepInterval == 0 {
 		po.SweepInterval = time.Second
 	}
+	if po.RetryAfter == 0 {
+		// The queues' visibility timeout (envtest's) is long enough that a
+		// slow handler on a loaded machine is never redelivered; failures
+		// come back after a second.
+		po.RetryAfter = time.Second
+	}
 	po.Configure = func(c *config.Config) {
 		c.DeletionDelay = 2 * time.Second
 		c.OrphanDelay = 2 * time.Second
