@@ -27,10 +27,14 @@ const quiet = 300 * time.Millisecond
 // after retryAfter (Source.RetryAfter). Their run limit is below the
 // visibility timeout: a failure that waited it out fails the test.
 const (
-	longVisibility  = 60 * time.Second
+	longVisibility  = 5 * time.Minute
 	retryAfter      = time.Second
-	failureRunLimit = 45 * time.Second
+	failureRunLimit = 3 * time.Minute
 )
+
+// runLimit bounds every other run: generous, since the whole suite shares
+// one emulator on a two-core machine.
+const runLimit = 2 * time.Minute
 
 // send puts bodies on a queue, in order; for a FIFO queue all in group,
 // each with an explicit deduplication id.
@@ -76,7 +80,7 @@ func runUntilIdle(t *testing.T, r *runner.Runner, limit time.Duration) {
 func group(m events.SQSMessage) string { return m.Attributes["MessageGroupId"] }
 
 // overlap counts batches in flight. A handler that calls wait holds its
-// batch (for at most a few seconds) until `want` batches have been in
+// batch (for at most ten seconds) until `want` batches have been in
 // flight at once, so a test of concurrency does not depend on how fast the
 // emulator answers receives on a busy machine.
 type overlap struct {
@@ -103,7 +107,7 @@ func (o *overlap) enter() {
 func (o *overlap) wait() {
 	select {
 	case <-o.reached:
-	case <-time.After(3 * time.Second):
+	case <-time.After(10 * time.Second):
 	}
 }
 
@@ -171,7 +175,7 @@ func TestFIFOOneBatchPerGroupInOrder(t *testing.T) {
 	r := runner.New(env.Clients.SQS, env.Logger, runner.Source{
 		Name: "ops", QueueURL: url, FIFO: true, BatchSize: 3, MaxConcurrency: 4, Handler: h,
 	})
-	runUntilIdle(t, r, 30*time.Second)
+	runUntilIdle(t, r, runLimit)
 
 	for _, g := range groups {
 		if len(seen[g]) != perGroup || !slices.IsSorted(seen[g]) {
@@ -399,7 +403,7 @@ func TestStandardQueueSpreadsBatches(t *testing.T) {
 		return events.SQSEventResponse{}, nil
 	}
 	r := runner.New(env.Clients.SQS, env.Logger, runner.Source{Name: "events", QueueURL: url, BatchSize: 2, MaxConcurrency: limit, Handler: h})
-	runUntilIdle(t, r, 30*time.Second)
+	runUntilIdle(t, r, runLimit)
 	if handled != len(bodies) {
 		t.Errorf("handled %d messages, want %d", handled, len(bodies))
 	}
@@ -439,7 +443,7 @@ func TestTimerFeedsTheQueue(t *testing.T) {
 		}
 		return nil
 	})
-	runUntilIdle(t, r, 30*time.Second)
+	runUntilIdle(t, r, runLimit)
 	if handled != 1 || ticks < 2 {
 		t.Errorf("handled %d, ticks %d; want the timer's message handled and the timer still firing", handled, ticks)
 	}

@@ -38,14 +38,14 @@ func TestDemoScenarioSmall(t *testing.T) {
 	_, _ = rand.Read(rnd[:])
 	dir := t.TempDir()
 	var out bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	start := time.Now()
 	sum, err := demo.Run(ctx, demo.Options{
 		Endpoint: endpoint, Prefix: "t-demo-" + hex.EncodeToString(rnd[:]),
 		Series: 40, SamplesPerSeries: 30, MaxSeriesPerPartition: 120, DeletionDelay: 2 * time.Second, Seed: 7,
 		WorkDir: filepath.Join(dir, "work"), EnvFile: filepath.Join(dir, "demo.env"), LogFile: filepath.Join(dir, "demo.log"),
-		Timeout: 3 * time.Minute, Out: &out,
+		Timeout: 10 * time.Minute, Out: &out, // generous: the suite shares one emulator
 	})
 	t.Logf("demo output (%s):\n%s", time.Since(start).Round(time.Second), out.String())
 	if err != nil {

@@ -56,7 +56,7 @@ func TestConvergence(t *testing.T) {
 	}
 
 	tenants := []string{"alpha", "beta"}
-	err := w.Pipeline.Settle(ctx, 2*time.Second, 5*time.Minute, func(ctx context.Context) (bool, error) {
+	err := w.Pipeline.Settle(ctx, 2*time.Second, settleTimeout, func(ctx context.Context) (bool, error) {
 		return w.Quiescent(ctx, tenants...)
 	})
 	if err != nil {

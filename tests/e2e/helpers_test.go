@@ -19,10 +19,16 @@ func halfDay(ctx context.Context, w *testworld.World, tenant string, seed int64)
 	return blocks
 }
 
+// settleTimeout bounds how long a pipeline may take to settle: it only
+// ends a pipeline that is stuck. A settled pipeline returns at once, and
+// the whole suite shares one emulator on a two-core machine (the e2e
+// package has taken 7 minutes there under load).
+const settleTimeout = 10 * time.Minute
+
 // settle runs the pipeline until the tenants are quiescent.
 func settle(t *testing.T, w *testworld.World, tenants ...string) {
 	t.Helper()
-	err := w.Pipeline.Settle(context.Background(), 2*time.Second, 4*time.Minute, func(ctx context.Context) (bool, error) {
+	err := w.Pipeline.Settle(context.Background(), 2*time.Second, settleTimeout, func(ctx context.Context) (bool, error) {
 		return w.Quiescent(ctx, tenants...)
 	})
 	if err != nil {

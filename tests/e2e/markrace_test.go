@@ -31,7 +31,7 @@ func TestDeletionWaitsForTheRecordedMark(t *testing.T) {
 			ctx := context.Background()
 			blocks := w.Generate(blockgen.Options{Tenant: "acme", Start: day(), Blocks: 1, Series: 10, Seed: 4, ThanosFiles: true})
 			w.Upload(ctx, "acme", blocks[0].Dir)
-			if err := w.Pipeline.Settle(ctx, time.Second, time.Minute, func(ctx context.Context) (bool, error) {
+			if err := w.Pipeline.Settle(ctx, time.Second, settleTimeout, func(ctx context.Context) (bool, error) {
 				_, ok, err := w.Store.GetBlock(ctx, "acme", blocks[0].Meta.ULID.String())
 				return ok, err
 			}); err != nil {

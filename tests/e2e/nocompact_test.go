@@ -38,7 +38,7 @@ func TestNoCompactMarkIsHonoured(t *testing.T) {
 	// The range waits for its close delay (it is never covered), then is
 	// compacted around the marked block.
 	sibling := blocks[0].Meta.ULID.String()
-	err = w.Pipeline.Settle(ctx, 2*time.Second, 3*time.Minute, func(ctx context.Context) (bool, error) {
+	err = w.Pipeline.Settle(ctx, 2*time.Second, settleTimeout, func(ctx context.Context) (bool, error) {
 		b, _, err := w.Store.GetBlock(ctx, "acme", sibling)
 		if err != nil || b.State != records.BlockDeleted {
 			return false, err

@@ -147,7 +147,7 @@ func TestBugReplanLostWhenCleanupDiesAfterFinish(t *testing.T) {
 	planner := w.actor("planner", nil)
 	planned := planner.steps.At("planner.before-planned", "@v2")
 	done := w.goEvent(planner, evs[0])
-	planned.Wait(t, 30*time.Second)
+	planned.Wait(t, stepTimeout)
 	planned.Crash()
 	if err := wait(t, done); err == nil {
 		t.Fatal("the planner did not die")
@@ -222,8 +222,8 @@ func TestBugMarkLostWhenRivalCleanerRetires(t *testing.T) {
 	w.dyingOn(a, `"op":"MARK"`)
 	ra, rb := a.steps.At("cleaner.before-retire", ""), b.steps.At("cleaner.before-retire", "")
 	da, db := w.goDeliver(a, w.note("published")), w.goDeliver(b, w.note("published"))
-	x := ra.Wait(t, 30*time.Second)
-	rb.Wait(t, 30*time.Second)
+	x := ra.Wait(t, stepTimeout)
+	rb.Wait(t, stepTimeout)
 	ra.Release()
 	if err := wait(t, da); !errors.Is(err, errDied) {
 		t.Fatalf("cleaner A did not die sending the MARK of %s: %v", x, err)
@@ -365,7 +365,7 @@ func TestBugSecondOrphanSweepLostWhenCleanupDiesAfterReplan(t *testing.T) {
 	slow := w.actor("slow-job-p3", nil)
 	read := slow.steps.At("compact.after-read", "@v1/p3")
 	done := w.goDeliver(slow, w.takeOne(isJob(1, 3)))
-	read.Wait(t, 30*time.Second)
+	read.Wait(t, stepTimeout)
 	w.run(1, 0, 1, 2)
 	w.mb.Take(isNote)
 	w.clock.Advance(stuckAfter + time.Minute)
@@ -403,7 +403,7 @@ func TestRegistrationRacingReupload(t *testing.T) {
 	slow := w.actor("planner-a", nil)
 	at := slow.steps.At("planner.before-register", blockID(b))
 	done := w.goEvent(slow, first[0])
-	at.Wait(t, 30*time.Second)
+	at.Wait(t, stepTimeout)
 	w.reupload(b)
 	for _, ev := range w.takeEvents() {
 		if err := wait(t, w.goEvent(w.main, ev)); err != nil {

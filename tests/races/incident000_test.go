@@ -179,7 +179,7 @@ func TestIncident000StaleJobOfCleanedVersion(t *testing.T) {
 	// 3./5. compactor 1 picks v1/p0, leases it and reads its sources.
 	read := stale.steps.At("compact.after-read", "@v1/p0")
 	staleDone := w.goDeliver(stale, job0)
-	read.Wait(t, 30*time.Second)
+	read.Wait(t, stepTimeout)
 	// 2. compactors n..m finish partitions 1..7.
 	w.runJobs(1, 0)
 	w.wantState(w.g, 1, records.GroupPlanned)
@@ -233,7 +233,7 @@ func TestIncident000StaleJobBeforeLease(t *testing.T) {
 	stale := w.actor("compactor-1", nil)
 	lease := stale.steps.At("compact.before-lease", "@v1/p0")
 	staleDone := w.goDeliver(stale, dup)
-	lease.Wait(t, 30*time.Second)
+	lease.Wait(t, stepTimeout)
 	w.runJobs(1)
 	w.wantState(w.g, 1, records.GroupRetired)
 	w.planV2(v1)
@@ -267,7 +267,7 @@ func TestIncident000StaleJobOfSupersededVersion(t *testing.T) {
 	job0 := w.takeOne(isJob(1, 0))
 	read := stale.steps.At("compact.after-read", "@v1/p0")
 	staleDone := w.goDeliver(stale, job0)
-	read.Wait(t, 30*time.Second)   // leased and read; uploads after v1 is final
+	read.Wait(t, stepTimeout)      // leased and read; uploads after v1 is final
 	job1 := w.takeOne(isJob(1, 1)) // delivered only after v1 is superseded
 	w.runJobs(1, 0)
 	// No progress for longer than StuckAfter: the sweep supersedes v1 and
@@ -297,7 +297,7 @@ func TestIncident000StaleJobOfSupersededVersion(t *testing.T) {
 	}
 	commit := stale.steps.At("compact.before-commit", "@v1/p0")
 	read.Release()
-	commit.Wait(t, 30*time.Second)
+	commit.Wait(t, stepTimeout)
 	w.readable("while the stale job's objects sit under v1/p0's key")
 	commit.Release()
 	if err := wait(t, staleDone); err != nil {
@@ -339,8 +339,8 @@ func TestIncident000ConcurrentPlannersOfVersion2(t *testing.T) {
 	c1 := p1.steps.At("planner.before-create", "@v2")
 	c2 := p2.steps.At("planner.before-create", "@v2")
 	d1, d2 := w.goEvent(p1, evs[0]), w.goEvent(p2, evs[0]) // the event, delivered twice at once
-	c1.Wait(t, 30*time.Second)
-	c2.Wait(t, 30*time.Second)
+	c1.Wait(t, stepTimeout)
+	c2.Wait(t, stepTimeout)
 	c2.Release()
 	if err := wait(t, d2); err != nil {
 		t.Fatal(err)

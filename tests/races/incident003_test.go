@@ -72,7 +72,7 @@ func TestIncident003CommitBetweenReadAndCompletion(t *testing.T) {
 	commit := zombie.steps.At("compact.before-commit", "@v1/p3")
 	job3 := w.takeOne(isJob(1, 3))
 	zDone := w.goDeliver(zombie, job3)
-	commit.Wait(t, 30*time.Second)
+	commit.Wait(t, stepTimeout)
 	w.run(1, 0, 1, 2)
 	w.clock.Advance(leaseDuration + time.Second)
 	if err := w.deliver(w.actor("job-p3-attempt-2", nil), job3); err != nil {
@@ -82,8 +82,8 @@ func TestIncident003CommitBetweenReadAndCompletion(t *testing.T) {
 	cleaner := w.actor("cleaner", nil)
 	complete := cleaner.steps.At("cleaner.before-complete", "@v1")
 	cDone := w.goDeliver(cleaner, w.note("commit"))
-	complete.Wait(t, 30*time.Second) // read: every partition DONE
-	commit.Release()                 // the stale commit lands now
+	complete.Wait(t, stepTimeout) // read: every partition DONE
+	commit.Release()              // the stale commit lands now
 	if err := wait(t, zDone); err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestIncident003CompletionBetweenReadAndCommit(t *testing.T) {
 	read := zombie.steps.At("compact.after-read", "@v1/p3")
 	job3 := w.takeOne(isJob(1, 3))
 	zDone := w.goDeliver(zombie, job3)
-	read.Wait(t, 30*time.Second)
+	read.Wait(t, stepTimeout)
 	w.run(1, 0, 1, 2)
 	w.clock.Advance(leaseDuration + time.Second)
 	if err := w.deliver(w.actor("job-p3-attempt-2", nil), job3); err != nil {
@@ -163,8 +163,8 @@ func TestIncident003TakeoverRacingCompletion(t *testing.T) {
 	c3 := holder3.steps.At("compact.before-commit", "@v1/p3")
 	job2, job3 := w.takeOne(isJob(1, 2)), w.takeOne(isJob(1, 3))
 	h2, h3 := w.goDeliver(holder2, job2), w.goDeliver(holder3, job3)
-	c2.Wait(t, 30*time.Second)
-	c3.Wait(t, 30*time.Second)
+	c2.Wait(t, stepTimeout)
+	c3.Wait(t, stepTimeout)
 	job1 := w.mb.Peek(isJob(1, 1))[0]
 	w.run(1, 0, 1)
 	w.clock.Advance(leaseDuration + time.Second) // both holders' leases expire
@@ -173,7 +173,7 @@ func TestIncident003TakeoverRacingCompletion(t *testing.T) {
 	take2 := w.actor("takeover-p2", nil)
 	l2 := take2.steps.At("compact.before-lease", "@v1/p2")
 	t2 := w.goDeliver(take2, job2)
-	l2.Wait(t, 30*time.Second)
+	l2.Wait(t, stepTimeout)
 	c2.Release()
 	if err := wait(t, h2); err != nil {
 		t.Fatal(err)
@@ -188,7 +188,7 @@ func TestIncident003TakeoverRacingCompletion(t *testing.T) {
 	take3 := w.actor("takeover-p3", nil)
 	tc3 := take3.steps.At("compact.before-commit", "@v1/p3")
 	t3 := w.goDeliver(take3, job3)
-	tc3.Wait(t, 30*time.Second)
+	tc3.Wait(t, stepTimeout)
 	c3.Release()
 	if err := wait(t, h3); err != nil {
 		t.Fatal(err)
@@ -211,7 +211,7 @@ func TestIncident003TakeoverRacingCompletion(t *testing.T) {
 	cleaner := w.actor("cleaner", nil)
 	complete := cleaner.steps.At("cleaner.before-complete", "@v1")
 	cDone := w.goDeliver(cleaner, w.note("commit"))
-	complete.Wait(t, 30*time.Second)
+	complete.Wait(t, stepTimeout)
 	skewed := w.actor("skewed-job-p1", w.clock.Skewed(2*leaseDuration))
 	if err := w.deliver(skewed, job1); err != nil {
 		t.Fatal(err)
@@ -247,13 +247,13 @@ func TestIncident003SupersedeRacingCompletion(t *testing.T) {
 	sweeper := w.actor("sweeper", stuck)
 	sup := sweeper.steps.At("cleaner.before-supersede", "@v1")
 	sDone := w.goSweep(sweeper)
-	sup.Wait(t, 30*time.Second) // read: p3 PENDING, no progress for StuckAfter
+	sup.Wait(t, stepTimeout) // read: p3 PENDING, no progress for StuckAfter
 	w.run(1, 3)
 	w.mb.Take(isNote)
 	cleaner := w.actor("cleaner", nil)
 	complete := cleaner.steps.At("cleaner.before-complete", "@v1")
 	cDone := w.goDeliver(cleaner, w.note("commit"))
-	complete.Wait(t, 30*time.Second)
+	complete.Wait(t, stepTimeout)
 	complete.Release()
 	if err := wait(t, cDone); err != nil {
 		t.Fatal(err)
@@ -278,13 +278,13 @@ func TestIncident003SupersedeRacingCompletion(t *testing.T) {
 	sweeper2 := w.actor("sweeper-2", w.clock.Skewed(stuckAfter+time.Minute))
 	sup2 := sweeper2.steps.At("cleaner.before-supersede", "@v2")
 	sDone2 := w.goSweep(sweeper2)
-	sup2.Wait(t, 30*time.Second)
+	sup2.Wait(t, stepTimeout)
 	w.run(2, last)
 	w.mb.Take(isNote)
 	cleaner2 := w.actor("cleaner-2", nil)
 	complete2 := cleaner2.steps.At("cleaner.before-complete", "@v2")
 	cDone2 := w.goDeliver(cleaner2, testworld.Mail{Msg: messages.CleanerNote{Tenant: w.tenant, Group: w.g.String(), Version: 2, Why: "commit"}})
-	complete2.Wait(t, 30*time.Second)
+	complete2.Wait(t, stepTimeout)
 	sup2.Release()
 	if err := wait(t, sDone2); err != nil {
 		t.Fatal(err)
@@ -318,8 +318,8 @@ func TestIncident003DuplicateCleaners(t *testing.T) {
 	a, b := w.actor("cleaner-a", nil), w.actor("cleaner-b", nil)
 	ca, cb := a.steps.At("cleaner.before-complete", "@v1"), b.steps.At("cleaner.before-complete", "@v1")
 	da, db := w.goDeliver(a, w.note("commit")), w.goDeliver(b, w.note("commit"))
-	ca.Wait(t, 30*time.Second)
-	cb.Wait(t, 30*time.Second)
+	ca.Wait(t, stepTimeout)
+	cb.Wait(t, stepTimeout)
 	ca.Release()
 	if err := wait(t, da); err != nil {
 		t.Fatal(err)
@@ -349,8 +349,8 @@ func TestIncident003DuplicateCleaners(t *testing.T) {
 	a2, b2 := w.actor("cleaner-a2", nil), w.actor("cleaner-b2", nil)
 	ra, rb := a2.steps.At("cleaner.before-retire", ""), b2.steps.At("cleaner.before-retire", "")
 	da, db = w.goDeliver(a2, w.note("published")), w.goDeliver(b2, w.note("published"))
-	ra.Wait(t, 30*time.Second)
-	rb.Wait(t, 30*time.Second)
+	ra.Wait(t, stepTimeout)
+	rb.Wait(t, stepTimeout)
 	rb.Release()
 	ra.Release()
 	if err := wait(t, da); err != nil {

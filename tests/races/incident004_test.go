@@ -182,7 +182,7 @@ func TestIncident004DelayedDeleteVsRetriedCompaction(t *testing.T) {
 	first := w.actor("attempt-1", nil)
 	c1 := first.steps.At("compact.before-commit", "@v1/p3")
 	d1 := w.goDeliver(first, job3)
-	c1.Wait(t, 30*time.Second)
+	c1.Wait(t, stepTimeout)
 	c1.Crash() // uploaded, never committed
 	if err := wait(t, d1); err == nil {
 		t.Fatal("the crashed attempt returned no error")
@@ -197,7 +197,7 @@ func TestIncident004DelayedDeleteVsRetriedCompaction(t *testing.T) {
 	second := w.actor("attempt-2", nil)
 	r2 := second.steps.At("compact.after-read", "@v1/p3")
 	d2 := w.goDeliver(second, job3)
-	r2.Wait(t, 30*time.Second)
+	r2.Wait(t, stepTimeout)
 	// Stuck: the sweep supersedes v1; its orphan sweep deletes attempt 1's
 	// objects (the first copy of the DELETE_STRAY runs, the second waits).
 	w.clock.Advance(stuckAfter + time.Minute)

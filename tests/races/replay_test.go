@@ -67,6 +67,11 @@ const (
 	stuckAfter    = 30 * time.Minute
 )
 
+// stepTimeout bounds every wait for a handler to reach a step or return:
+// it is a few requests away, but the whole suite shares one emulator on a
+// two-core machine, so the bound is generous; it only ends a stuck test.
+const stepTimeout = 2 * time.Minute
+
 // day is the start of a day two days ago: every range of it has ended.
 func day() time.Time { return time.Now().UTC().Truncate(24 * time.Hour).Add(-48 * time.Hour) }
 
@@ -468,14 +473,15 @@ func seriesOf(t *testing.T, dir string) []labels.Labels {
 	return out
 }
 
-// wait returns what a background delivery returned, failing after 30s.
+// wait returns what a background delivery returned, failing after
+// stepTimeout.
 func wait(t *testing.T, done <-chan error) error {
 	t.Helper()
 	select {
 	case err := <-done:
 		return err
-	case <-time.After(30 * time.Second):
-		t.Fatal("a released handler did not return within 30s")
+	case <-time.After(stepTimeout):
+		t.Fatalf("a released handler did not return within %v", stepTimeout)
 		return nil
 	}
 }
