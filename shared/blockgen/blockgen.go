@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -79,6 +80,13 @@ type Options struct {
 	ExternalLabels map[string]string
 	// Source is thanos.source; empty means "sidecar".
 	Source string
+	// ReplicaLabel, when set, gives each replica's blocks the external
+	// label ReplicaLabel="<replica number>", as replicated Prometheus
+	// servers (replica="0", "1") or Cortex ingesters (__ingester_id__)
+	// write it.
+	ReplicaLabel string
+	// Resolution is thanos.downsample.resolution in ms (0: raw).
+	Resolution int64
 }
 
 // Block is one written block.
@@ -143,7 +151,14 @@ func Generate(dir string, opts Options) ([]Block, error) {
 		mint := first + int64(r)*rangeMs
 		for rep := 0; rep < opts.ReplicationFactor; rep++ {
 			id := blockULID(opts, r, rep, mint+rangeMs)
-			b, err := writeBlock(dir, id, mint, mint+rangeMs, series, symbols, opts)
+			o := opts
+			if opts.ReplicaLabel != "" {
+				o.ExternalLabels = map[string]string{opts.ReplicaLabel: strconv.Itoa(rep)}
+				for k, v := range opts.ExternalLabels {
+					o.ExternalLabels[k] = v
+				}
+			}
+			b, err := writeBlock(dir, id, mint, mint+rangeMs, series, symbols, o)
 			if err != nil {
 				return out, fmt.Errorf("blockgen: block %s (range %d, replica %d): %w", id, r, rep, err)
 			}
@@ -217,12 +232,12 @@ func writeBlock(dir string, id ulid.ULID, mint, maxt int64, series []genSeries, 
 	if err := indexw.Close(); err != nil {
 		return b, err
 	}
-	if o.ThanosFiles || o.ExternalLabels != nil {
+	if o.ThanosFiles || o.ExternalLabels != nil || o.Resolution != 0 {
 		lbls := map[string]string{}
 		for k, v := range o.ExternalLabels {
 			lbls[k] = v
 		}
-		meta.Thanos = &blockmeta.Thanos{Labels: lbls, Source: o.Source}
+		meta.Thanos = &blockmeta.Thanos{Labels: lbls, Source: o.Source, Downsample: blockmeta.Downsample{Resolution: o.Resolution}}
 		if o.ThanosFiles {
 			if meta.Thanos.Files, err = blockmeta.GatherFiles(tmp); err != nil {
 				return b, err

@@ -36,6 +36,10 @@ in a dead-letter queue failed five times; 'sluice replay-dlq' sends it back.
 It reads the state table (one Query per tenant and per group shown) and asks
 SQS for queue attributes; it never lists the bucket.
 
+A tenant's streams are its producers (one Prometheus server, or one set
+of replicas: external labels without the replica labels, and the
+resolution); blocks of different streams are never compacted together.
+
 Block states: LIVE (readable, plannable), CLAIMED (a source of a running
 group version), RETIRING (compacted; deleted after the deletion delay),
 DELETED, PENDING (an output not yet live), DISCARDED (an output of a
@@ -106,11 +110,24 @@ type TenantStatus struct {
 	// Blocks counts blocks by level, then state.
 	Blocks []LevelCount `json:"blocks"`
 	// LiveBlocks / LiveSamples sum the LIVE blocks.
-	LiveBlocks  int             `json:"liveBlocks"`
-	LiveSamples uint64          `json:"liveSamples"`
-	Groups      []GroupStatus   `json:"groups"`
-	Leases      []LeaseStatus   `json:"leases"`
-	Rejected    []RejectedBlock `json:"rejected"`
+	LiveBlocks  int    `json:"liveBlocks"`
+	LiveSamples uint64 `json:"liveSamples"`
+	// Streams are the tenant's producers: blocks of different streams are
+	// never compacted together.
+	Streams  []StreamStatus  `json:"streams"`
+	Groups   []GroupStatus   `json:"groups"`
+	Leases   []LeaseStatus   `json:"leases"`
+	Rejected []RejectedBlock `json:"rejected"`
+}
+
+// StreamStatus is one stream of a tenant.
+type StreamStatus struct {
+	ID string `json:"id"`
+	// Labels are the stream's external labels (without the replica
+	// labels) and resolution, as `{cluster="east"}` or `{…} @5m`.
+	Labels      string `json:"labels"`
+	LiveBlocks  int    `json:"liveBlocks"`
+	LiveSamples uint64 `json:"liveSamples"`
 }
 
 // LevelCount counts one level's blocks by state.
@@ -123,7 +140,9 @@ type LevelCount struct {
 
 // GroupStatus is a group's current version.
 type GroupStatus struct {
-	Group      string `json:"group"`
+	Group string `json:"group"`
+	// Stream is the group's stream, as StreamStatus.Labels shows it.
+	Stream     string `json:"stream"`
 	Level      int    `json:"level"`
 	RangeStart int64  `json:"rangeStart"`
 	RangeEnd   int64  `json:"rangeEnd"`
@@ -217,13 +236,32 @@ func GatherStatus(ctx context.Context, st *records.Store, q SQSAPI, cfg config.C
 }
 
 func tenantStatus(ctx context.Context, st *records.Store, pol planning.Policy, tenant string, allGroups bool, now time.Time) (TenantStatus, error) {
-	ts := TenantStatus{Tenant: tenant, Blocks: []LevelCount{}, Groups: []GroupStatus{}, Leases: []LeaseStatus{}, Rejected: []RejectedBlock{}}
+	ts := TenantStatus{Tenant: tenant, Blocks: []LevelCount{}, Streams: []StreamStatus{}, Groups: []GroupStatus{}, Leases: []LeaseStatus{}, Rejected: []RejectedBlock{}}
 	blocks, err := st.TenantBlocks(ctx, tenant)
 	if err != nil {
 		return ts, err
 	}
+	streams, err := st.TenantStreams(ctx, tenant)
+	if err != nil {
+		return ts, err
+	}
+	streamAt := map[string]int{}
+	for _, sr := range streams {
+		streamAt[sr.ID] = len(ts.Streams)
+		ts.Streams = append(ts.Streams, StreamStatus{ID: sr.ID, Labels: sr.Stream().String()})
+	}
+	streamName := func(id string) string {
+		if i, ok := streamAt[id]; ok {
+			return ts.Streams[i].Labels
+		}
+		return id
+	}
 	byLevel := map[int]map[string]int{}
 	for _, b := range blocks {
+		if i, ok := streamAt[b.Stream]; ok && b.State == records.BlockLive {
+			ts.Streams[i].LiveBlocks++
+			ts.Streams[i].LiveSamples += b.Samples
+		}
 		if byLevel[b.Level] == nil {
 			byLevel[b.Level] = map[string]int{}
 		}
@@ -248,11 +286,19 @@ func tenantStatus(ctx context.Context, st *records.Store, pol planning.Policy, t
 	if err != nil {
 		return ts, err
 	}
+	sort.Slice(ts.Streams, func(i, j int) bool { return ts.Streams[i].Labels < ts.Streams[j].Labels })
+	for i, s := range ts.Streams {
+		streamAt[s.ID] = i
+	}
 	sort.Slice(groups, func(i, j int) bool {
-		if groups[i].Key.Level != groups[j].Key.Level {
-			return groups[i].Key.Level < groups[j].Key.Level
+		a, b := groups[i].Key, groups[j].Key
+		if a.Stream != b.Stream {
+			return streamName(a.Stream) < streamName(b.Stream)
 		}
-		return groups[i].Key.RangeStart < groups[j].Key.RangeStart
+		if a.Level != b.Level {
+			return a.Level < b.Level
+		}
+		return a.RangeStart < b.RangeStart
 	})
 	finished := 0
 	for _, g := range groups {
@@ -264,7 +310,7 @@ func tenantStatus(ctx context.Context, st *records.Store, pol planning.Policy, t
 	// ones, and the finished ones unless there are too many to list.
 	allGroups = allGroups || finished <= maxFinishedGroups
 	for _, g := range groups {
-		gs := GroupStatus{Group: g.Key.String(), Level: g.Key.Level, RangeStart: g.Key.RangeStart,
+		gs := GroupStatus{Group: g.Key.String(), Stream: streamName(g.Key.Stream), Level: g.Key.Level, RangeStart: g.Key.RangeStart,
 			Version: g.Version, State: string(g.State), Partitions: g.Partitions, Sources: len(g.Sources), Updated: g.UpdatedAt}
 		if g.Key.Level >= 1 && g.Key.Level <= pol.TopLevel() {
 			gs.RangeEnd = pol.End(g.Key)

@@ -69,6 +69,19 @@ func (t TenantStatus) render(w io.Writer, now time.Time, allGroups bool) {
 		tw.Flush()
 	}
 
+	// Streams are worth a table when there is more than one, or when the
+	// one has labels; a group is then named with its stream.
+	withStreams := len(t.Streams) > 1 || (len(t.Streams) == 1 && t.Streams[0].Labels != "{}")
+	if withStreams {
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  STREAM\tID\tLIVE BLOCKS\tSAMPLES")
+		for _, s := range t.Streams {
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\n", s.Labels, s.ID, s.LiveBlocks, humanCount(s.LiveSamples))
+		}
+		tw.Flush()
+	}
+
 	var shown, finished []GroupStatus
 	counts := map[string]int{}
 	for _, g := range t.Groups {
@@ -89,7 +102,11 @@ func (t TenantStatus) render(w io.Writer, now time.Time, allGroups bool) {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "  GROUP\tRANGE\tVERSION\tSTATE\tPARTITIONS\tSOURCES\tUPDATED")
 		for _, g := range shown {
-			fmt.Fprintf(tw, "  L%d %s\t%s\tv%d\t%s\t%s\t%d\t%s ago\n", g.Level, g.Group, groupRange(g), g.Version, g.State,
+			name := fmt.Sprintf("L%d", g.Level)
+			if withStreams {
+				name += " " + g.Stream
+			}
+			fmt.Fprintf(tw, "  %s\t%s\tv%d\t%s\t%s\t%d\t%s ago\n", name, groupRange(g), g.Version, g.State,
 				partitionProgress(g), g.Sources, humanDuration(now.Sub(time.UnixMilli(g.Updated))))
 		}
 		tw.Flush()

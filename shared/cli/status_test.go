@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/spec"
+	"github.com/sluice-dev/sluice/shared/stream"
 )
 
 func TestStatusCommand(t *testing.T) {
@@ -35,7 +36,7 @@ func TestStatusCommand(t *testing.T) {
 	w.uploadAndRegister("team-a", dirs[2:], func(_ int, b *records.Block) {
 		b.State, b.Reason = records.BlockRejected, "block file missing: team-a/X/index"
 	})
-	g := planning.GroupKey{Level: 1, RangeStart: bs[0].MinT}
+	g := planning.GroupKey{Stream: stream.Stream{}.ID(), Level: 1, RangeStart: bs[0].MinT}
 	head := records.Group{Tenant: "team-a", Key: g, Version: 1, State: records.GroupClaiming, CreatedAt: now.UnixMilli(),
 		UpdatedAt: now.UnixMilli(), Partitions: 2, Sources: []string{bs[0].ID, bs[1].ID}}
 	if err := w.store.CreateVersion(ctx, records.Group{}, head, now, now); err != nil {

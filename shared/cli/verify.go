@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/blockmeta"
 	"github.com/sluice-dev/sluice/shared/config"
 	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/stream"
 )
 
 func init() {
@@ -252,6 +253,7 @@ func layoutRoot(l blockkey.Layout) string {
 // visible is a block a reader sees, for I2.
 type visible struct {
 	id, key    string
+	stream     string // stream.ID: blocks of different streams may overlap
 	minT, maxT int64
 	producer   string // group@version, "" for an upload
 }
@@ -314,7 +316,7 @@ func verifyTenant(ctx context.Context, rep *VerifyReport, c S3Reader, cfg config
 		_, marked := bb.latest(blockmeta.DeletionMarkFilename)
 		_, noCompact := bb.latest(blockmeta.NoCompactMarkFilename)
 		if !marked && !noCompact && !(known && rec.NoCompact) {
-			v := visible{id: id, key: tenant + "/" + id, minT: meta.MinTime, maxT: meta.MaxTime}
+			v := visible{id: id, key: tenant + "/" + id, stream: stream.Of(meta, cfg.ReplicaLabels).ID(), minT: meta.MinTime, maxT: meta.MaxTime}
 			if known {
 				v.producer = versionOf(rec.ProducedBy)
 			}
@@ -353,16 +355,16 @@ func verifyTenant(ctx context.Context, rep *VerifyReport, c S3Reader, cfg config
 		}
 	}
 
-	// I2: visible blocks — those a reader sees in the bucket, and the
-	// table's published LIVE blocks — that overlap in time must be
-	// partitions of one group version.
+	// I2: visible blocks of one stream — those a reader sees in the
+	// bucket, and the table's published LIVE blocks — that overlap in time
+	// must be partitions of one group version.
 	seen := map[string]bool{}
 	for _, v := range vis {
 		seen[v.id] = true
 	}
 	for _, b := range blocks {
 		if b.State == records.BlockLive && b.Published && !b.NoCompact && !seen[b.ID] {
-			vis = append(vis, visible{id: b.ID, key: b.Key(), minT: b.MinT, maxT: b.MaxT, producer: versionOf(b.ProducedBy)})
+			vis = append(vis, visible{id: b.ID, key: b.Key(), stream: b.Stream, minT: b.MinT, maxT: b.MaxT, producer: versionOf(b.ProducedBy)})
 		}
 	}
 	rep.VisibleBlocks += len(vis)
@@ -375,7 +377,7 @@ func verifyTenant(ctx context.Context, rep *VerifyReport, c S3Reader, cfg config
 	for i := range vis {
 		for j := i + 1; j < len(vis) && vis[j].minT < vis[i].maxT; j++ {
 			a, b := vis[i], vis[j]
-			if a.producer != "" && a.producer == b.producer {
+			if a.stream != b.stream || (a.producer != "" && a.producer == b.producer) {
 				continue
 			}
 			add(InvI2, a.key+" + "+b.key, "[%s, %s) and [%s, %s) overlap; %s and %s",

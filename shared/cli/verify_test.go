@@ -44,7 +44,7 @@ func (w *world) uploadAndRegister(tenant string, dirs []string, edit func(i int,
 		if edit != nil {
 			edit(i, &b)
 		}
-		if err := w.store.RegisterBlock(ctx, b, nil); err != nil {
+		if err := w.store.RegisterBlock(ctx, b, nil, nil); err != nil {
 			w.t.Fatal(err)
 		}
 		out = append(out, b)

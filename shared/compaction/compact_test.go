@@ -85,7 +85,7 @@ func (w *world) job(sources []string, out, group string, p, n int) Job {
 
 func checkEquivalent(t *testing.T, inputs, outputs []string) equiv.Report {
 	t.Helper()
-	rep, err := equiv.Check(context.Background(), inputs, outputs)
+	rep, err := equiv.Check(context.Background(), inputs, outputs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/spec"
+	"github.com/sluice-dev/sluice/shared/stream"
 )
 
 // Config is what every Sluice function and the CLI need to know.
@@ -28,6 +29,17 @@ type Config struct {
 	// Layout is where blocks live in the bucket (SLUICE_PREFIX,
 	// SLUICE_LAYOUT, SLUICE_TENANT for a single-tenant bucket).
 	Layout blockkey.Layout
+	// ReplicaLabels are the external labels by which replicas of one
+	// producer differ (SLUICE_REPLICA_LABELS, comma-separated, like
+	// Thanos' --deduplication.replica-label; "none" for none). Blocks that
+	// differ only in them are one stream: compacted together, duplicates
+	// removed, the labels dropped from the output. Default for a
+	// multi-tenant (Cortex, Mimir) bucket: __ingester_id__ and __org_id__,
+	// the two labels Cortex's and Mimir's ingesters write (Mimir's
+	// compactor drops both before grouping, Cortex's the first; __org_id__
+	// is the tenant, so it never tells two streams apart). Default for a
+	// single-tenant (Thanos) bucket: none, as in Thanos.
+	ReplicaLabels []string
 	// Policy is the planning policy. SLUICE_RANGES ("12h,24h"),
 	// SLUICE_CLOSE_DELAY (1h), SLUICE_MAX_SERIES_PER_PARTITION (2000000),
 	// SLUICE_MAX_INDEX_BYTES_PER_PARTITION (2 GiB).
@@ -60,6 +72,13 @@ type Config struct {
 	// (SLUICE_DOWNLOAD_PARALLELISM, default 8).
 	DownloadParallelism int
 }
+
+// EnvReplicaLabels names the replica labels (Config.ReplicaLabels).
+const EnvReplicaLabels = "SLUICE_REPLICA_LABELS"
+
+// DefaultMultiTenantReplicaLabels are the replica labels of a multi-tenant
+// bucket unless SLUICE_REPLICA_LABELS says otherwise.
+func DefaultMultiTenantReplicaLabels() []string { return []string{"__ingester_id__", "__org_id__"} }
 
 // FromEnv loads the configuration from the process environment.
 func FromEnv() (Config, error) { return Load(os.Getenv) }
@@ -94,6 +113,13 @@ func Load(getenv func(string) string) (Config, error) {
 		}
 	default:
 		errs = append(errs, fmt.Sprintf("%s=%q: want %s or %s", spec.EnvLayout, l, spec.LayoutMultiTenant, spec.LayoutSingleTenant))
+	}
+	switch v := strings.TrimSpace(getenv(EnvReplicaLabels)); {
+	case v == "" && c.Layout.SingleTenant == "":
+		c.ReplicaLabels = DefaultMultiTenantReplicaLabels()
+	case v == "" || v == "none":
+	default:
+		c.ReplicaLabels = stream.ParseReplicaLabels(v)
 	}
 	dur := func(name string, def time.Duration) time.Duration {
 		v := getenv(name)

@@ -13,6 +13,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -23,6 +24,9 @@ import (
 	"github.com/prometheus/prometheus/tsdb"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 	"github.com/prometheus/prometheus/tsdb/chunks"
+
+	"github.com/sluice-dev/sluice/shared/blockmeta"
+	"github.com/sluice-dev/sluice/shared/stream"
 )
 
 // MaxExamples bounds Report.Examples.
@@ -42,8 +46,10 @@ type Report struct {
 	// DuplicatedInOutputs: output samples that repeat another output sample
 	// (two partitions holding one series, or a block holding it twice).
 	DuplicatedInOutputs uint64
-	// InputSeries and OutputSeries count distinct label sets.
+	// InputSeries and OutputSeries count distinct label sets (per stream).
 	InputSeries, OutputSeries uint64
+	// Streams counts the streams compared (inputs' and outputs' together).
+	Streams int
 	// Examples describe up to MaxExamples differences.
 	Examples []string
 }
@@ -54,8 +60,8 @@ func (r Report) OK() bool {
 }
 
 func (r Report) String() string {
-	s := fmt.Sprintf("input %d samples in %d series, output %d samples in %d series: %d missing, %d extra, %d duplicated",
-		r.InputSamples, r.InputSeries, r.OutputSamples, r.OutputSeries, r.Missing, r.Extra, r.DuplicatedInOutputs)
+	s := fmt.Sprintf("input %d samples in %d series, output %d samples in %d series (%d stream(s)): %d missing, %d extra, %d duplicated",
+		r.InputSamples, r.InputSeries, r.OutputSamples, r.OutputSeries, r.Streams, r.Missing, r.Extra, r.DuplicatedInOutputs)
 	if len(r.Examples) > 0 {
 		s += "\n  " + strings.Join(r.Examples, "\n  ")
 	}
@@ -69,9 +75,68 @@ func (r *Report) example(format string, args ...any) {
 }
 
 // Check compares the samples of the input block directories with those of
-// the output block directories. Samples are read within each block's
-// [minTime, maxTime) and after its tombstones, as Prometheus reads them.
-func Check(ctx context.Context, inputs, outputs []string) (rep Report, err error) {
+// the output block directories, stream by stream: a sample is identified
+// by its stream (the block's external labels without replicaLabels, and
+// its resolution: stream.Of), its series labels, timestamp and value. So a
+// west cluster's samples in an output labelled east are missing from west
+// and extra in east. Samples are read within each block's [minTime,
+// maxTime) and after its tombstones, as Prometheus reads them.
+func Check(ctx context.Context, inputs, outputs, replicaLabels []string) (Report, error) {
+	ins, err := byStream(inputs, replicaLabels)
+	if err != nil {
+		return Report{}, fmt.Errorf("inputs: %w", err)
+	}
+	outs, err := byStream(outputs, replicaLabels)
+	if err != nil {
+		return Report{}, fmt.Errorf("outputs: %w", err)
+	}
+	names := map[string]bool{}
+	for k := range ins {
+		names[k] = true
+	}
+	for k := range outs {
+		names[k] = true
+	}
+	var rep Report
+	for _, name := range slices.Sorted(maps.Keys(names)) {
+		r, err := checkStream(ctx, ins[name], outs[name])
+		if err != nil {
+			return rep, fmt.Errorf("stream %s: %w", name, err)
+		}
+		rep.Streams++
+		rep.InputSamples += r.InputSamples
+		rep.OutputSamples += r.OutputSamples
+		rep.Missing += r.Missing
+		rep.Extra += r.Extra
+		rep.DuplicatedInOutputs += r.DuplicatedInOutputs
+		rep.InputSeries += r.InputSeries
+		rep.OutputSeries += r.OutputSeries
+		for _, e := range r.Examples {
+			if len(names) > 1 {
+				e = "stream " + name + ": " + e
+			}
+			rep.example("%s", e)
+		}
+	}
+	return rep, nil
+}
+
+// byStream groups block directories by the stream of their meta.json.
+func byStream(dirs, replicaLabels []string) (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, dir := range dirs {
+		m, err := blockmeta.ReadDir(dir)
+		if err != nil {
+			return nil, err
+		}
+		name := stream.Of(m, replicaLabels).String()
+		out[name] = append(out[name], dir)
+	}
+	return out, nil
+}
+
+// checkStream compares the samples of one stream's input and output blocks.
+func checkStream(ctx context.Context, inputs, outputs []string) (rep Report, err error) {
 	in, err := openSide(inputs)
 	if err != nil {
 		return rep, fmt.Errorf("inputs: %w", err)

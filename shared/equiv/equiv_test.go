@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/prometheus/tsdb"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 	"github.com/prometheus/prometheus/tsdb/chunks"
+
+	"github.com/sluice-dev/sluice/shared/blockmeta"
 )
 
 type smpl struct {
@@ -139,7 +141,7 @@ func TestCheck(t *testing.T) {
 			for _, s := range tc.outputs {
 				out = append(out, block(t, s))
 			}
-			rep, err := Check(context.Background(), in, out)
+			rep, err := Check(context.Background(), in, out, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -175,7 +177,93 @@ func TestHistogramKeyIgnoresLayoutAndHint(t *testing.T) {
 }
 
 func TestCheckBadBlock(t *testing.T) {
-	if _, err := Check(context.Background(), []string{t.TempDir()}, nil); err == nil || !strings.Contains(err.Error(), "inputs") {
+	if _, err := Check(context.Background(), []string{t.TempDir()}, nil, nil); err == nil || !strings.Contains(err.Error(), "inputs") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// labelled gives a block the external labels a Prometheus server with
+// external_labels (or a Thanos sidecar) writes into its meta.json.
+func labelled(t *testing.T, dir string, lbls map[string]string) string {
+	t.Helper()
+	m, err := blockmeta.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Thanos = &blockmeta.Thanos{Labels: lbls, Source: "sidecar"}
+	if err := m.WriteDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestCheckByStream: samples of two Prometheus servers with the same
+// series names are told apart by their external labels. The measured
+// failure (issue: two clusters merged under one's labels) must fail the
+// check; replicas that differ only in a replica label are one stream.
+func TestCheckByStream(t *testing.T) {
+	east := map[string]string{"cluster": "east"}
+	west := map[string]string{"cluster": "west"}
+	replica := func(l map[string]string, r string) map[string]string {
+		out := map[string]string{"replica": r}
+		for k, v := range l {
+			out[k] = v
+		}
+		return out
+	}
+	eastData := series{"up": floats(1, 2, 3)}
+	westData := series{"up": {{t: 1, f: 9}, {t: 2, f: 9}, {t: 3, f: 9}}}
+	for _, tc := range []struct {
+		name     string
+		inputs   func(t *testing.T) []string
+		outputs  func(t *testing.T) []string
+		replicas []string
+		ok       bool
+		example  string
+	}{
+		{
+			name:    "two clusters kept apart",
+			inputs:  func(t *testing.T) []string { return []string{labelled(t, block(t, eastData), east), labelled(t, block(t, westData), west)} },
+			outputs: func(t *testing.T) []string { return []string{labelled(t, block(t, eastData), east), labelled(t, block(t, westData), west)} },
+			ok:      true,
+		},
+		{
+			name:   "west merged into east's output",
+			inputs: func(t *testing.T) []string { return []string{labelled(t, block(t, eastData), east), labelled(t, block(t, westData), west)} },
+			// Same timestamps: the merge kept one value per sample, under
+			// east's labels; west's samples are gone.
+			outputs: func(t *testing.T) []string { return []string{labelled(t, block(t, eastData), east)} },
+			example: `missing series {__name__="up", job="j"}`,
+		},
+		{
+			name: "replicas deduplicated under the stream's labels",
+			inputs: func(t *testing.T) []string {
+				return []string{labelled(t, block(t, eastData), replica(east, "a")), labelled(t, block(t, eastData), replica(east, "b"))}
+			},
+			outputs:  func(t *testing.T) []string { return []string{labelled(t, block(t, eastData), east)} },
+			replicas: []string{"replica"},
+			ok:       true,
+		},
+		{
+			name: "without the replica label configured, replicas are two streams",
+			inputs: func(t *testing.T) []string {
+				return []string{labelled(t, block(t, eastData), replica(east, "a")), labelled(t, block(t, eastData), replica(east, "b"))}
+			},
+			outputs: func(t *testing.T) []string { return []string{labelled(t, block(t, eastData), east)} },
+			example: "missing series",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep, err := Check(context.Background(), tc.inputs(t), tc.outputs(t), tc.replicas)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.OK() != tc.ok {
+				t.Fatalf("OK() = %v, want %v: %s", rep.OK(), tc.ok, rep)
+			}
+			if tc.example != "" && !strings.Contains(strings.Join(rep.Examples, "\n"), tc.example) {
+				t.Fatalf("examples %q lack %q", rep.Examples, tc.example)
+			}
+		})
 	}
 }

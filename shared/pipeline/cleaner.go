@@ -532,7 +532,7 @@ func (c Cleaner) deleteRetired(ctx context.Context, e records.AgendaEntry) error
 		if err := c.step(ctx, "cleaner.before-delete", b.Key()); err != nil {
 			return err
 		}
-		gen, err := c.Store.StartDelete(ctx, b, memberRanges(c.Config.Policy, b.Level, b.MinT, b.MaxT), now)
+		gen, err := c.Store.StartDelete(ctx, b, memberRanges(c.Config.Policy, b.Stream, b.Level, b.MinT, b.MaxT), now)
 		if err != nil {
 			if records.IsConditionLost(err) {
 				return nil // a rival sweep moved it; the next sweep sees where it is

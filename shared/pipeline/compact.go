@@ -93,7 +93,7 @@ func (c Compact) Run(ctx context.Context, job messages.Job) error {
 	}
 	var ranges []planning.GroupKey
 	if out != nil {
-		ranges = memberRanges(c.Config.Policy, g.Level, out.MinT, out.MaxT)
+		ranges = memberRanges(c.Config.Policy, g.Stream, g.Level, out.MinT, out.MaxT)
 	}
 	if err := c.Store.Commit(ctx, job.Tenant, g, job.Version, job.Partition, owner, out, ranges, c.now()); err != nil {
 		if !records.IsConditionLost(err) {
@@ -124,6 +124,21 @@ func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []
 	if len(srcs) == 0 {
 		return nil, fmt.Errorf("version %s has no sources", head.Ref())
 	}
+	// The output carries its stream's labels (without the replica labels)
+	// and resolution, as recorded when the stream's first block came.
+	for _, b := range srcs {
+		if b.Stream != head.Key.Stream {
+			return nil, fmt.Errorf("version %s: source %s is of stream %s, not the group's: refusing to mix streams", head.Ref(), b.Key(), b.Stream)
+		}
+	}
+	sr, ok, err := c.Store.GetStream(ctx, head.Tenant, head.Key.Stream)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("version %s: stream %s has no record", head.Ref(), head.Key.Stream)
+	}
+	st := sr.Stream()
 	scratch, err := os.MkdirTemp(c.Config.ScratchDir, "sluice-job-")
 	if err != nil {
 		return nil, fmt.Errorf("scratch dir: %w", err)
@@ -175,14 +190,9 @@ func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []
 	}
 	log.InfoContext(ctx, "sources downloaded", "downloaded", len(dirs)-skipped, "skippedByPartitionInfo", skipped, "took", time.Since(started).String())
 	outID := outputULID(head, p)
-	var labels map[string]string
-	var resolution int64
-	if m, err := blockmeta.Parse([]byte(srcs[0].Meta), srcs[0].Key()); err == nil && m.Thanos != nil {
-		labels, resolution = m.Thanos.Labels, m.Thanos.Downsample.Resolution
-	}
 	res, err := compaction.Compact(ctx, c.Logger, compaction.Job{
 		SourceDirs: dirs, Partition: p, PartitionCount: head.Partitions, ULID: outID,
-		OutDir: filepath.Join(scratch, "out"), ThanosLabels: labels, Resolution: resolution,
+		OutDir: filepath.Join(scratch, "out"), ThanosLabels: st.Labels, Resolution: st.Resolution,
 		PartitionInfo: &blockmeta.PartitionInfo{
 			PartitionedGroupID: groupID(head), PartitionCount: head.Partitions, PartitionID: p,
 			PartitionedGroupCreationTime: head.CreatedAt,
@@ -214,7 +224,7 @@ func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []
 		return nil, err
 	}
 	out := &records.Block{
-		Tenant: head.Tenant, ID: outID.String(), MinT: res.Meta.MinTime, MaxT: res.Meta.MaxTime, Level: head.Key.Level,
+		Tenant: head.Tenant, ID: outID.String(), Stream: head.Key.Stream, MinT: res.Meta.MinTime, MaxT: res.Meta.MaxTime, Level: head.Key.Level,
 		State: records.BlockPending, Gen: 1, ProducedBy: fmt.Sprintf("%s/p%d", head.Ref(), p),
 		Meta: string(metaBody), Series: res.NumSeries, Samples: res.NumSamples, UpdatedAt: c.now().UnixMilli(),
 		Arrived: c.now().UnixMilli(),

@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/s3event"
+	"github.com/sluice-dev/sluice/shared/stream"
 )
 
 // Planner registers uploaded blocks and plans group versions (DESIGN.md §4.1).
@@ -140,7 +141,7 @@ func (p Planner) register(ctx context.Context, k blockkey.Key, body []byte, vid 
 	reject := func(reason string) (records.Block, error) {
 		b.State, b.Reason = records.BlockRejected, reason
 		log.ErrorContext(ctx, "block rejected: it will not be compacted", "key", k.Object(blockkey.MetaFile), "reason", reason)
-		return b, p.Store.RegisterBlock(ctx, b, nil)
+		return b, p.Store.RegisterBlock(ctx, b, nil, nil)
 	}
 	meta, err := blockmeta.Parse(body, k.Object(blockkey.MetaFile))
 	if err != nil {
@@ -159,6 +160,8 @@ func (p Planner) register(ctx context.Context, k blockkey.Key, body []byte, vid 
 	}
 	b.Files = files
 	b.Superseded = l.notNamedBy(b)
+	st := stream.Of(meta, p.Config.ReplicaLabels)
+	b.Stream = st.ID()
 	b.MinT, b.MaxT = meta.MinTime, meta.MaxTime
 	b.Level = p.Config.Policy.LevelOf(meta.MinTime, meta.MaxTime)
 	b.Series, b.Samples = meta.Stats.NumSeries, meta.Stats.NumSamples
@@ -178,24 +181,22 @@ func (p Planner) register(ctx context.Context, k blockkey.Key, body []byte, vid 
 	if err := p.step(ctx, "planner.before-register", b.Key()); err != nil {
 		return b, err
 	}
-	if err := p.Store.RegisterBlock(ctx, b, p.memberRanges(b.Level, b.MinT, b.MaxT)); err != nil {
+	sr := &records.StreamRecord{ID: b.Stream, Labels: st.Labels, Resolution: st.Resolution}
+	if err := p.Store.RegisterBlock(ctx, b, memberRanges(p.Config.Policy, b.Stream, b.Level, b.MinT, b.MaxT), sr); err != nil {
 		return b, err
 	}
-	log.InfoContext(ctx, "block registered", "minT", b.MinT, "maxT", b.MaxT, "level", b.Level,
+	log.InfoContext(ctx, "block registered", "stream", st.String(), "streamID", b.Stream, "minT", b.MinT, "maxT", b.MaxT, "level", b.Level,
 		"series", b.Series, "files", len(files), "noCompact", b.NoCompact, "superseded", len(b.Superseded))
 	return b, p.sendSuperseded(ctx, k, b)
 }
 
-// memberRanges lists the group ranges, at every level above level (and at
-// level itself for outputs), that a block in [minT, maxT) belongs to.
-func (p Planner) memberRanges(level int, minT, maxT int64) []planning.GroupKey {
-	return memberRanges(p.Config.Policy, level, minT, maxT)
-}
-
-func memberRanges(pol planning.Policy, level int, minT, maxT int64) []planning.GroupKey {
+// memberRanges lists the group ranges of stream st, at every level above
+// level (and at level itself for outputs), that a block in [minT, maxT)
+// belongs to.
+func memberRanges(pol planning.Policy, st string, level int, minT, maxT int64) []planning.GroupKey {
 	var out []planning.GroupKey
 	for k := max(level, 1); k <= pol.TopLevel(); k++ {
-		if g, ok := pol.GroupFor(k, minT, maxT); ok {
+		if g, ok := pol.GroupFor(st, k, minT, maxT); ok {
 			out = append(out, g)
 		}
 	}
@@ -248,7 +249,7 @@ func (p Planner) getObject(ctx context.Context, key, vid string) ([]byte, string
 // late block — the highest level that already compacted its range.
 func (p Planner) planFor(ctx context.Context, b records.Block) error {
 	var lookupErr error
-	g, ok := p.Config.Policy.Target(b.Level, b.MinT, b.MaxT, func(g planning.GroupKey) bool {
+	g, ok := p.Config.Policy.Target(b.Stream, b.Level, b.MinT, b.MaxT, func(g planning.GroupKey) bool {
 		head, found, err := p.Store.GetGroup(ctx, b.Tenant, g)
 		if err != nil {
 			lookupErr = err

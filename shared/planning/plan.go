@@ -76,26 +76,31 @@ func (p Policy) Plan(g GroupKey, blocks []Candidate, now time.Time) Decision {
 		return Decision{Wait: "a single block: nothing to merge"}
 	}
 	closed := now.UnixMilli() >= newest+p.CloseDelay.Milliseconds()
-	if !closed && !covers(srcs, start, end) {
+	if !closed && !covers(srcs, start, end, p.Slot.Milliseconds()) {
 		return Decision{Wait: "range not covered yet and not closed", ClosesAt: newest + p.CloseDelay.Milliseconds()}
 	}
 	sort.Slice(srcs, func(i, j int) bool { return srcs[i].ID < srcs[j].ID })
 	return Decision{Sources: srcs, Partitions: p.PartitionCount(srcs)}
 }
 
-// covers reports whether the union of the blocks' [MinT, MaxT) covers
-// [start, end).
-func covers(bs []Candidate, start, end int64) bool {
-	iv := make([]Candidate, len(bs))
-	copy(iv, bs)
-	sort.Slice(iv, func(i, j int) bool { return iv[i].MinT < iv[j].MinT })
+// covers reports whether the blocks cover [start, end) once each block's
+// [MinT, MaxT) is rounded out to whole slots: a block whose first sample
+// is a little after its slot's start, or whose maxTime is its last sample
+// + 1 ms, covers its slot.
+func covers(bs []Candidate, start, end, slot int64) bool {
+	type span struct{ from, to int64 }
+	iv := make([]span, 0, len(bs))
+	for _, b := range bs {
+		iv = append(iv, span{floorTo(b.MinT, slot), -floorTo(-b.MaxT, slot)})
+	}
+	sort.Slice(iv, func(i, j int) bool { return iv[i].from < iv[j].from })
 	at := start
 	for _, b := range iv {
-		if b.MinT > at {
+		if b.from > at {
 			return false
 		}
-		if b.MaxT > at {
-			at = b.MaxT
+		if b.to > at {
+			at = b.to
 		}
 	}
 	return at >= end
@@ -120,21 +125,22 @@ func (p Policy) PartitionCount(srcs []Candidate) int {
 	return n
 }
 
-// Target picks the group a block of level level in [minT, maxT) should go
-// to. completed reports whether a group has ever completed a version. A
-// late block goes to the highest level that already compacted its range;
-// otherwise to the next level up. ok is false for a block that has nowhere
-// to go (top level, or straddling every range).
-func (p Policy) Target(level int, minT, maxT int64, completed func(GroupKey) bool) (GroupKey, bool) {
+// Target picks the group of stream st that a block of level level in
+// [minT, maxT) should go to. completed reports whether a group has ever
+// completed a version. A late block goes to the highest level that
+// already compacted its range; otherwise to the next level up. ok is false
+// for a block that has nowhere to go (top level, or straddling every
+// range).
+func (p Policy) Target(st string, level int, minT, maxT int64, completed func(GroupKey) bool) (GroupKey, bool) {
 	p = p.Defaults()
 	for k := p.TopLevel(); k > level; k-- {
-		g, fits := p.GroupFor(k, minT, maxT)
+		g, fits := p.GroupFor(st, k, minT, maxT)
 		if fits && completed(g) {
 			return g, true
 		}
 	}
 	for k := level + 1; k <= p.TopLevel(); k++ {
-		if g, fits := p.GroupFor(k, minT, maxT); fits {
+		if g, fits := p.GroupFor(st, k, minT, maxT); fits {
 			return g, true
 		}
 	}
@@ -147,5 +153,5 @@ func (p Policy) Parent(g GroupKey) (GroupKey, bool) {
 	if g.Level >= p.TopLevel() {
 		return GroupKey{}, false
 	}
-	return p.GroupFor(g.Level+1, g.RangeStart, p.End(g))
+	return p.GroupFor(g.Stream, g.Level+1, g.RangeStart, p.End(g))
 }

@@ -7,14 +7,17 @@ import (
 
 const h = int64(time.Hour / time.Millisecond)
 
+// st is the stream of every group here.
+const st = "0123456789abcdef"
+
 func blk(id string, minH, maxH int64, level int) Candidate {
 	return Candidate{ID: id, MinT: minH * h, MaxT: maxH * h, Level: level, Plannable: true, Series: 100, IndexBytes: 1000}
 }
 
 func TestPlan(t *testing.T) {
 	p := Policy{}.Defaults()
-	g12 := GroupKey{Level: 1, RangeStart: 0}
-	g24 := GroupKey{Level: 2, RangeStart: 0}
+	g12 := GroupKey{Stream: st, Level: 1, RangeStart: 0}
+	g24 := GroupKey{Stream: st, Level: 2, RangeStart: 0}
 	early := time.UnixMilli(12 * h) // the 12h range just ended, not closed
 	late := time.UnixMilli(48 * h)  // every range here is closed
 	sixBlocks := func() []Candidate {
@@ -46,6 +49,11 @@ func TestPlan(t *testing.T) {
 		{"a recent arrival keeps a past range open", g12, []Candidate{blk("b", 2, 4, 0), func() Candidate { c := blk("a", 0, 2, 0); c.Arrived = 47*h + h/2; return c }()}, late, 0,
 			"range not covered yet and not closed"},
 		{"24h takes two 12h outputs", g24, []Candidate{blk("a", 0, 12, 1), blk("b", 12, 24, 1)}, time.UnixMilli(24 * h), 2, ""},
+		// promtool's backfilled blocks: first sample a little after the
+		// slot's start, maxTime = last sample + 1 ms.
+		{"backfilled blocks cover their slots", g12, backfilled(6), early, 6, ""},
+		{"a backfill with a missing slot still waits", g12, append(backfilled(6)[:2], backfilled(6)[3:]...), early, 0,
+			"range not covered yet and not closed"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -63,6 +71,20 @@ func TestPlan(t *testing.T) {
 			}
 		})
 	}
+}
+
+// backfilled returns n level-0 blocks of consecutive 2h slots from 0 as
+// promtool tsdb create-blocks-from writes them: from the first sample (15 s
+// into the slot) to the last sample (15 s before its end) + 1 ms.
+func backfilled(n int64) []Candidate {
+	var bs []Candidate
+	for i := int64(0); i < n; i++ {
+		b := blk(string(rune('a'+i)), 2*i, 2*i+2, 0)
+		b.MinT += 15_000
+		b.MaxT -= 15_000 - 1
+		bs = append(bs, b)
+	}
+	return bs
 }
 
 func TestPartitionCount(t *testing.T) {
@@ -95,16 +117,16 @@ func TestTarget(t *testing.T) {
 		want      GroupKey
 		ok        bool
 	}{
-		{"fresh 2h block goes to 12h", 0, 14, 16, none, GroupKey{1, 12 * h}, true},
-		{"12h output goes to 24h", 1, 12, 24, none, GroupKey{2, 0}, true},
-		{"late block goes to the compacted day", 0, 14, 16, dayDone, GroupKey{2, 0}, true},
-		{"late block goes to the highest compacted level", 0, 14, 16, halfDone, GroupKey{1, 12 * h}, true},
+		{"fresh 2h block goes to 12h", 0, 14, 16, none, GroupKey{st, 1, 12 * h}, true},
+		{"12h output goes to 24h", 1, 12, 24, none, GroupKey{st, 2, 0}, true},
+		{"late block goes to the compacted day", 0, 14, 16, dayDone, GroupKey{st, 2, 0}, true},
+		{"late block goes to the highest compacted level", 0, 14, 16, halfDone, GroupKey{st, 1, 12 * h}, true},
 		{"top-level block has nowhere to go", 2, 0, 24, none, GroupKey{}, false},
-		{"block straddling 12h goes to 24h", 0, 11, 13, none, GroupKey{2, 0}, true},
+		{"block straddling 12h goes to 24h", 0, 11, 13, none, GroupKey{st, 2, 0}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := p.Target(tc.level, tc.minH*h, tc.maxH*h, tc.completed)
+			got, ok := p.Target(st, tc.level, tc.minH*h, tc.maxH*h, tc.completed)
 			if got != tc.want || ok != tc.ok {
 				t.Fatalf("Target = %v, %v; want %v, %v", got, ok, tc.want, tc.ok)
 			}
@@ -113,13 +135,13 @@ func TestTarget(t *testing.T) {
 }
 
 func TestGroupKeyRoundTrip(t *testing.T) {
-	for _, g := range []GroupKey{{1, 0}, {2, 86400000}, {1, -43200000}} {
+	for _, g := range []GroupKey{{st, 1, 0}, {st, 2, 86400000}, {"fedcba9876543210", 1, -43200000}} {
 		back, err := ParseGroupKey(g.String())
 		if err != nil || back != g {
 			t.Fatalf("ParseGroupKey(%q) = %v, %v", g.String(), back, err)
 		}
 	}
-	for _, bad := range []string{"", "x", "0#5", "1#", "1#5#6", "01#5"} {
+	for _, bad := range []string{"", "x", "0#5", "1#", "1#5", "01#5", st + "#0#5", st + "#1#", st + "#01#5", st + "#1#5#6", "0123456789ABCDEF#1#5", "abc#1#5"} {
 		if _, err := ParseGroupKey(bad); err == nil {
 			t.Errorf("ParseGroupKey(%q) accepted a bad key", bad)
 		}
@@ -129,6 +151,9 @@ func TestGroupKeyRoundTrip(t *testing.T) {
 func TestValidate(t *testing.T) {
 	if err := (Policy{Ranges: []time.Duration{12 * time.Hour, 20 * time.Hour}}).Validate(); err == nil {
 		t.Fatal("20h is not a multiple of 12h, yet accepted")
+	}
+	if err := (Policy{Ranges: []time.Duration{9 * time.Hour}}).Validate(); err == nil {
+		t.Fatal("9h is not a multiple of the 2h slot, yet accepted")
 	}
 	if err := (Policy{MaxPartitions: 12}).Validate(); err == nil {
 		t.Fatal("12 partitions is not a power of two, yet accepted")

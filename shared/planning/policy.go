@@ -9,7 +9,10 @@ package planning
 
 import (
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/sluice-dev/sluice/shared/stream"
 )
 
 // Policy configures planning. The zero value of every field means the
@@ -20,6 +23,14 @@ type Policy struct {
 	// blocks compact to 12h, then to 24h (Thanos' default levels, capped at
 	// a day because partitions make bigger blocks unnecessary).
 	Ranges []time.Duration
+	// Slot is the length of the blocks shippers upload: Prometheus cuts its
+	// head into blocks of 2h aligned to multiples of 2h, and every level's
+	// range must be a multiple of it. Readiness counts a block as covering
+	// every slot it touches, because a block's minTime is its first sample
+	// and its maxTime its last sample + 1 ms (promtool's backfilled blocks
+	// end at 01:59:59.001 of a 2h slot); only a slot with no block at all
+	// keeps a range waiting. Default 2h.
+	Slot time.Duration
 	// CloseDelay is how long after a range's end a range that is not fully
 	// covered is compacted anyway (a shipper that never uploads a block
 	// must not hold a range forever). Default 1h.
@@ -39,6 +50,9 @@ type Policy struct {
 func (p Policy) Defaults() Policy {
 	if len(p.Ranges) == 0 {
 		p.Ranges = []time.Duration{12 * time.Hour, 24 * time.Hour}
+	}
+	if p.Slot == 0 {
+		p.Slot = 2 * time.Hour
 	}
 	if p.CloseDelay == 0 {
 		p.CloseDelay = time.Hour
@@ -62,6 +76,9 @@ func (p Policy) Validate() error {
 		if r <= 0 || r%time.Millisecond != 0 {
 			return fmt.Errorf("planning: level %d range %v must be a positive whole number of milliseconds", i+1, r)
 		}
+		if r%p.Slot != 0 {
+			return fmt.Errorf("planning: level %d range %v is not a multiple of the %v slot", i+1, r, p.Slot)
+		}
 		if i > 0 && r%p.Ranges[i-1] != 0 {
 			return fmt.Errorf("planning: level %d range %v is not a multiple of level %d range %v", i+1, r, i, p.Ranges[i-1])
 		}
@@ -81,7 +98,11 @@ func (p Policy) Range(level int) time.Duration { return p.Defaults().Ranges[leve
 
 // RangeStart returns the start (ms) of the level's range holding t (ms).
 func (p Policy) RangeStart(level int, t int64) int64 {
-	r := p.Range(level).Milliseconds()
+	return floorTo(t, p.Range(level).Milliseconds())
+}
+
+// floorTo rounds t down to a multiple of r (r > 0), negative t included.
+func floorTo(t, r int64) int64 {
 	s := t - t%r
 	if t < 0 && t%r != 0 {
 		s -= r
@@ -89,30 +110,38 @@ func (p Policy) RangeStart(level int, t int64) int64 {
 	return s
 }
 
-// GroupFor returns the level-level group whose range holds the block
-// [minT, maxT), and false when the block straddles that level's range
-// boundary (it is then never a source at that level).
-func (p Policy) GroupFor(level int, minT, maxT int64) (GroupKey, bool) {
+// GroupFor returns the level-level group of stream st whose range holds
+// the block [minT, maxT), and false when the block straddles that level's
+// range boundary (it is then never a source at that level).
+func (p Policy) GroupFor(st string, level int, minT, maxT int64) (GroupKey, bool) {
 	s := p.RangeStart(level, minT)
 	if maxT > s+p.Range(level).Milliseconds() {
 		return GroupKey{}, false
 	}
-	return GroupKey{Level: level, RangeStart: s}, true
+	return GroupKey{Stream: st, Level: level, RangeStart: s}, true
 }
 
-// GroupKey identifies a group: one level's range of one tenant.
+// GroupKey identifies a group: one level's range of one stream of one
+// tenant. Blocks of different streams never share a group.
 type GroupKey struct {
+	// Stream is the stream.ID of the group's blocks.
+	Stream     string
 	Level      int
 	RangeStart int64 // ms
 }
 
-// String is the stable form used in records and logs: "<level>#<start>".
-func (g GroupKey) String() string { return fmt.Sprintf("%d#%d", g.Level, g.RangeStart) }
+// String is the stable form used in records and logs:
+// "<stream>#<level>#<start>".
+func (g GroupKey) String() string { return fmt.Sprintf("%s#%d#%d", g.Stream, g.Level, g.RangeStart) }
 
 // ParseGroupKey is the inverse of GroupKey.String.
 func ParseGroupKey(s string) (GroupKey, error) {
-	var g GroupKey
-	if _, err := fmt.Sscanf(s, "%d#%d", &g.Level, &g.RangeStart); err != nil {
+	st, rest, ok := strings.Cut(s, "#")
+	if !ok || !stream.ValidID(st) {
+		return GroupKey{}, fmt.Errorf("planning: bad group key %q: no stream id", s)
+	}
+	g := GroupKey{Stream: st}
+	if _, err := fmt.Sscanf(rest, "%d#%d", &g.Level, &g.RangeStart); err != nil {
 		return GroupKey{}, fmt.Errorf("planning: bad group key %q: %w", s, err)
 	}
 	if g.String() != s || g.Level < 1 {

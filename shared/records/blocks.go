@@ -18,10 +18,11 @@ import (
 const maxTransactItems = 100
 
 // RegisterBlock records a newly uploaded (or rejected) block: put-if-absent
-// of its item, its membership in every group range it falls in, and its
+// of its item, its membership in every group range it falls in, its
+// stream (when the block has one: sr is nil for a rejected upload) and its
 // tenant. A block that is already registered loses the condition and comes
 // back as *ConditionLostError with the existing record.
-func (st *Store) RegisterBlock(ctx context.Context, b Block, ranges []planning.GroupKey) error {
+func (st *Store) RegisterBlock(ctx context.Context, b Block, ranges []planning.GroupKey, sr *StreamRecord) error {
 	item, err := marshalItem(b, tenantPK(b.Tenant), blockSK(b.ID))
 	if err != nil {
 		return err
@@ -32,6 +33,16 @@ func (st *Store) RegisterBlock(ctx context.Context, b Block, ranges []planning.G
 	}}}
 	for _, g := range ranges {
 		items = append(items, memberPut(b, g))
+	}
+	if sr != nil {
+		// The same stream always has the same record (its id is a hash of
+		// its labels and resolution), so an unconditional put is idempotent.
+		sr.Tenant = b.Tenant
+		it, err := marshalItem(sr, tenantPK(b.Tenant), streamSK(sr.ID))
+		if err != nil {
+			return err
+		}
+		items = append(items, types.TransactWriteItem{Put: &types.Put{Item: it}})
 	}
 	items = append(items, types.TransactWriteItem{Put: &types.Put{
 		Item: map[string]types.AttributeValue{"PK": s(tenantsPK), "SK": s(b.Tenant), "tenant": s(b.Tenant)},
@@ -129,6 +140,29 @@ func (st *Store) TenantBlocks(ctx context.Context, tenant string) ([]Block, erro
 			return nil, fmt.Errorf("decode block of %s: %w", tenant, err)
 		}
 		out = append(out, b)
+	}
+	return out, nil
+}
+
+// GetStream reads one stream's record; ok is false when none exists.
+func (st *Store) GetStream(ctx context.Context, tenant, id string) (r StreamRecord, ok bool, err error) {
+	ok, err = st.get(ctx, tenantPK(tenant), streamSK(id), &r)
+	return r, ok, err
+}
+
+// TenantStreams reads every stream of a tenant (status).
+func (st *Store) TenantStreams(ctx context.Context, tenant string) ([]StreamRecord, error) {
+	items, err := st.query(ctx, tenantPK(tenant), "S#")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]StreamRecord, 0, len(items))
+	for _, it := range items {
+		var r StreamRecord
+		if err := attributevalue.UnmarshalMap(it, &r); err != nil {
+			return nil, fmt.Errorf("decode stream of %s: %w", tenant, err)
+		}
+		out = append(out, r)
 	}
 	return out, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/sluice-dev/sluice/localstack/envtest"
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/stream"
 )
 
 // world is a table with one tenant's blocks, for records tests.
@@ -26,12 +27,12 @@ func newWorld(t *testing.T) *world {
 		store: records.NewStore(env.Clients.DynamoDB, env.Deployment.Table, env.Logger)}
 }
 
-var g12 = planning.GroupKey{Level: 1, RangeStart: 0}
+var g12 = planning.GroupKey{Stream: stream.Stream{}.ID(), Level: 1, RangeStart: 0}
 
 func (w *world) block(id string, state records.BlockState) records.Block {
 	w.t.Helper()
 	b := records.Block{Tenant: "acme", ID: id, MinT: 0, MaxT: 7_200_000, State: state, Gen: 1, Published: true, Meta: "{}"}
-	if err := w.store.RegisterBlock(w.ctx, b, []planning.GroupKey{g12}); err != nil {
+	if err := w.store.RegisterBlock(w.ctx, b, []planning.GroupKey{g12}, nil); err != nil {
 		w.t.Fatalf("register %s: %v", id, err)
 	}
 	return b
@@ -71,7 +72,7 @@ func (w *world) leaseAndCommit(g records.Group, p int, owner string) error {
 func TestRegisterTwiceLosesWithTheExistingRecord(t *testing.T) {
 	w := newWorld(t)
 	w.block("B1", records.BlockLive)
-	err := w.store.RegisterBlock(w.ctx, records.Block{Tenant: "acme", ID: "B1", State: records.BlockLive, Gen: 1}, nil)
+	err := w.store.RegisterBlock(w.ctx, records.Block{Tenant: "acme", ID: "B1", State: records.BlockLive, Gen: 1}, nil, nil)
 	if !records.IsConditionLost(err) {
 		t.Fatalf("second register: %v, want a lost condition", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 
 	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/stream"
 )
 
 // BlockState is a block's place in its life (DESIGN.md §3).
@@ -51,6 +52,10 @@ type Block struct {
 	ID     string `dynamodbav:"id"`
 	MinT   int64  `dynamodbav:"minT"`
 	MaxT   int64  `dynamodbav:"maxT"`
+	// Stream is the stream.ID of the block's producer ("" for a REJECTED
+	// upload whose meta.json could not be read): blocks of different
+	// streams never share a group.
+	Stream string `dynamodbav:"stream,omitempty"`
 	// Level is Sluice's level: 0 for uploads, the group's level for outputs.
 	Level int        `dynamodbav:"level"`
 	State BlockState `dynamodbav:"state"`
@@ -191,4 +196,24 @@ type Partition struct {
 	Output    string `dynamodbav:"output,omitempty"`
 	Empty     bool   `dynamodbav:"empty,omitempty"`
 	UpdatedAt int64  `dynamodbav:"updatedAt"`
+}
+
+// StreamRecord is what `sluice status` and the compact function know of a
+// stream: its labels (without the replica labels) and resolution, which
+// every output of the stream carries in thanos.labels and
+// thanos.downsample.resolution. Written with the stream's first block.
+type StreamRecord struct {
+	Tenant     string            `dynamodbav:"tenant"`
+	ID         string            `dynamodbav:"id"`
+	Labels     map[string]string `dynamodbav:"labels"`
+	Resolution int64             `dynamodbav:"resolution"`
+}
+
+// Stream returns the stream the record describes.
+func (r StreamRecord) Stream() stream.Stream {
+	labels := r.Labels
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	return stream.Stream{Labels: labels, Resolution: r.Resolution}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-dev/sluice/localstack/runner"
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/stream"
 	"github.com/sluice-dev/sluice/tests/testworld"
 )
 
@@ -41,7 +42,7 @@ func TestEveryMessageTwice(t *testing.T) {
 	ctx := context.Background()
 	halfDay(ctx, w, "acme", 1)
 	settle(t, w, "acme")
-	g, _, err := w.Store.GetGroup(ctx, "acme", planning.GroupKey{Level: 1, RangeStart: day().UnixMilli()})
+	g, _, err := w.Store.GetGroup(ctx, "acme", planning.GroupKey{Stream: stream.Stream{}.ID(), Level: 1, RangeStart: day().UnixMilli()})
 	if err != nil || g.Version != 1 || g.State != records.GroupRetired {
 		t.Fatalf("group after doubled delivery: version %d %s (%v); want version 1 RETIRED", g.Version, g.State, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/blockgen"
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/stream"
 	"github.com/sluice-dev/sluice/tests/testworld"
 )
 
@@ -21,7 +22,7 @@ func TestLateBlockMakesANewVersion(t *testing.T) {
 		w.Upload(ctx, "acme", b.Dir)
 	}
 	settle(t, w, "acme")
-	dayGroup := planning.GroupKey{Level: 2, RangeStart: day().UnixMilli()}
+	dayGroup := planning.GroupKey{Stream: stream.Stream{}.ID(), Level: 2, RangeStart: day().UnixMilli()}
 	before, ok, err := w.Store.GetGroup(ctx, "acme", dayGroup)
 	if err != nil || !ok || before.State != records.GroupRetired {
 		t.Fatalf("day group before the late block: %+v, %v, %v", before, ok, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/stream"
 	"github.com/sluice-dev/sluice/tests/testworld"
 )
 
@@ -34,7 +35,7 @@ func newWorld000(t *testing.T, tenant string, configure func(*config.Config)) *w
 			configure(c)
 		}
 	})
-	return &world000{replay: r, g: planning.GroupKey{Level: 1, RangeStart: day().UnixMilli()}, blocks: corpus.v1, late: corpus.late}
+	return &world000{replay: r, g: planning.GroupKey{Stream: stream.Stream{}.ID(), Level: 1, RangeStart: day().UnixMilli()}, blocks: corpus.v1, late: corpus.late}
 }
 
 // planV1 uploads the six blocks and lets the planner create version 1;

@@ -8,6 +8,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/stream"
 	"github.com/sluice-dev/sluice/tests/testworld"
 )
 
@@ -34,7 +35,7 @@ func newWorld003With(t *testing.T, configure func(*config.Config)) *world003 {
 			configure(c)
 		}
 	})
-	return &world003{replay: r, g: planning.GroupKey{Level: 1, RangeStart: day().UnixMilli()}}
+	return &world003{replay: r, g: planning.GroupKey{Stream: stream.Stream{}.ID(), Level: 1, RangeStart: day().UnixMilli()}}
 }
 
 // plan uploads the six blocks and plans version 1; jobs and cleaner notes

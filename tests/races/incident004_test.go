@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/stream"
 	"github.com/sluice-dev/sluice/tests/testworld"
 )
 
@@ -34,7 +35,7 @@ func newWorld004(t *testing.T) *world004 {
 	r := newReplay(t, seed004, "tenant", func(c *config.Config) {
 		c.Policy.MaxSeriesPerPartition = 60 // 6 × 40 series → 4 partitions
 	})
-	return &world004{replay: r, g: planning.GroupKey{Level: 1, RangeStart: day().UnixMilli()}}
+	return &world004{replay: r, g: planning.GroupKey{Stream: stream.Stream{}.ID(), Level: 1, RangeStart: day().UnixMilli()}}
 }
 
 func isOp(kind messages.OpKind, block string) func(testworld.Mail) bool {

@@ -37,8 +37,8 @@ func Live(blocks []records.Block) []records.Block {
 //
 //   - I1 the published live blocks hold exactly the uploaded samples
 //     (sample-level equivalence, duplicates counted as violations);
-//   - I2 no two live blocks overlap in time unless they are partitions of
-//     one group version (or under a no-compact mark);
+//   - I2 no two live blocks of one stream overlap in time unless they are
+//     partitions of one group version (or under a no-compact mark);
 //   - I3 every published meta.json lists files that exist with their sizes;
 //   - I4 every object version of a block key in the bucket is named by a
 //     live block's record (or belongs to a rejected upload or a no-compact
@@ -95,7 +95,7 @@ func (w *World) checkSamples(ctx context.Context, tenant string, live []records.
 	if err != nil {
 		return err
 	}
-	rep, err := equiv.Check(ctx, w.Uploaded[tenant], dirs)
+	rep, err := equiv.Check(ctx, w.Uploaded[tenant], dirs, w.Config.ReplicaLabels)
 	if err != nil {
 		return fmt.Errorf("I1 %s: %w", tenant, err)
 	}
@@ -145,7 +145,7 @@ func checkOverlap(tenant string, live []records.Block) error {
 	var errs []error
 	for i, a := range live {
 		for _, b := range live[i+1:] {
-			if a.NoCompact || b.NoCompact || a.MaxT <= b.MinT || b.MaxT <= a.MinT {
+			if a.NoCompact || b.NoCompact || a.Stream != b.Stream || a.MaxT <= b.MinT || b.MaxT <= a.MinT {
 				continue
 			}
 			if version(a) != version(b) {

@@ -332,29 +332,28 @@ type itemRef struct {
 	version  int64  // for partitions
 	index    int    // for partitions
 	blockID  string // for blocks
-	groupKey string // "<level>#<start>"
+	groupKey string // planning.GroupKey.String()
 }
 
-var partitionSK = regexp.MustCompile(`^G#(\d+#-?\d+)#V#(\d+)#P#(\d+)$`)
-var headSK = regexp.MustCompile(`^G#(\d+#-?\d+)$`)
-
+// refOf reads an item's identity through records.ParseItemKey, the
+// store's own key format: a change of the format cannot silently make the
+// Monitor stop recognising items.
 func refOf(key map[string]types.AttributeValue) itemRef {
 	pk, _ := key["PK"].(*types.AttributeValueMemberS)
 	sk, _ := key["SK"].(*types.AttributeValueMemberS)
-	if pk == nil || sk == nil || !strings.HasPrefix(pk.Value, "T#") {
+	if pk == nil || sk == nil {
 		return itemRef{}
 	}
-	r := itemRef{pk: pk.Value, sk: sk.Value, tenant: strings.TrimPrefix(pk.Value, "T#")}
-	switch {
-	case strings.HasPrefix(sk.Value, "B#"):
-		r.kind, r.blockID = kindBlock, strings.TrimPrefix(sk.Value, "B#")
-	case headSK.MatchString(sk.Value):
-		r.kind, r.groupKey = kindHead, headSK.FindStringSubmatch(sk.Value)[1]
-	case partitionSK.MatchString(sk.Value):
-		g := partitionSK.FindStringSubmatch(sk.Value)
-		r.kind, r.groupKey, r.headSK = kindPartition, g[1], "G#"+g[1]
-		r.version, _ = strconv.ParseInt(g[2], 10, 64)
-		r.index, _ = strconv.Atoi(g[3])
+	k := records.ParseItemKey(pk.Value, sk.Value)
+	r := itemRef{pk: pk.Value, sk: sk.Value, tenant: k.Tenant}
+	switch k.Kind {
+	case records.ItemBlock:
+		r.kind, r.blockID = kindBlock, k.Block
+	case records.ItemGroupHead:
+		r.kind, r.groupKey = kindHead, k.Group.String()
+	case records.ItemPartition:
+		r.kind, r.groupKey, r.headSK = kindPartition, k.Group.String(), k.HeadSK()
+		r.version, r.index = k.Version, k.Partition
 	}
 	return r
 }

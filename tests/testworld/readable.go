@@ -105,7 +105,7 @@ func (w *World) CheckReadable(ctx context.Context, now time.Time, tenant string)
 	if err := errors.Join(errs...); err != nil {
 		return res, err
 	}
-	rep, err := equiv.Check(ctx, w.Uploaded[tenant], dirs)
+	rep, err := equiv.Check(ctx, w.Uploaded[tenant], dirs, w.Config.ReplicaLabels)
 	if err != nil {
 		return res, fmt.Errorf("I1 %s: %w", tenant, err)
 	}

@@ -128,7 +128,7 @@ func (r *run) equivalence(ctx context.Context, ts *TenantSummary) error {
 		}
 		outs = append(outs, out)
 	}
-	rep, err := equiv.Check(ctx, r.inputs[ts.Tenant], outs)
+	rep, err := equiv.Check(ctx, r.inputs[ts.Tenant], outs, r.cfg.ReplicaLabels)
 	if err != nil {
 		return fmt.Errorf("%s: equivalence check: %w", ts.Tenant, err)
 	}

@@ -58,7 +58,7 @@ func main() {
 				fmt.Println(dir, res.Meta.ULID)
 			}
 		}
-		rep, err := equiv.Check(ctx, sources, outs)
+		rep, err := equiv.Check(ctx, sources, outs, nil)
 		if err != nil || !rep.OK() {
 			log.Fatalf("%s not equivalent to its sources: %v %s", name, err, rep)
 		}
