@@ -222,14 +222,20 @@ func TestCheckByStream(t *testing.T) {
 		example  string
 	}{
 		{
-			name:    "two clusters kept apart",
-			inputs:  func(t *testing.T) []string { return []string{labelled(t, block(t, eastData), east), labelled(t, block(t, westData), west)} },
-			outputs: func(t *testing.T) []string { return []string{labelled(t, block(t, eastData), east), labelled(t, block(t, westData), west)} },
-			ok:      true,
+			name: "two clusters kept apart",
+			inputs: func(t *testing.T) []string {
+				return []string{labelled(t, block(t, eastData), east), labelled(t, block(t, westData), west)}
+			},
+			outputs: func(t *testing.T) []string {
+				return []string{labelled(t, block(t, eastData), east), labelled(t, block(t, westData), west)}
+			},
+			ok: true,
 		},
 		{
-			name:   "west merged into east's output",
-			inputs: func(t *testing.T) []string { return []string{labelled(t, block(t, eastData), east), labelled(t, block(t, westData), west)} },
+			name: "west merged into east's output",
+			inputs: func(t *testing.T) []string {
+				return []string{labelled(t, block(t, eastData), east), labelled(t, block(t, westData), west)}
+			},
 			// Same timestamps: the merge kept one value per sample, under
 			// east's labels; west's samples are gone.
 			outputs: func(t *testing.T) []string { return []string{labelled(t, block(t, eastData), east)} },
