@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/sluice-dev/sluice/shared/blockcheck"
 	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/blockmeta"
 	"github.com/sluice-dev/sluice/shared/messages"
@@ -154,9 +156,22 @@ func (p Planner) register(ctx context.Context, k blockkey.Key, body []byte, vid 
 	if err != nil {
 		return b, err
 	}
+	if meta.Thanos != nil {
+		for _, f := range meta.Thanos.Files {
+			if err := blockcheck.RelPath(f.RelPath); err != nil {
+				return reject(fmt.Sprintf("meta.json of %s lists a bad file: %v", k.BlockKey(), err))
+			}
+		}
+	}
 	files, err := l.files(k, meta)
 	if err != nil {
 		return reject(err.Error())
+	}
+	if err := p.checkFiles(ctx, k, files); err != nil {
+		if errors.Is(err, blockcheck.ErrCorrupt) {
+			return reject(err.Error())
+		}
+		return b, err
 	}
 	b.Files = files
 	b.Superseded = l.notNamedBy(b)
@@ -201,6 +216,79 @@ func memberRanges(pol planning.Policy, st string, level int, minT, maxT int64) [
 		}
 	}
 	return out
+}
+
+// checkFiles reads a few bytes of the block's files by their VersionIds
+// (the index's table of contents, each chunk segment's header: one ranged
+// GET each) and checks every file's path, so that a truncated or corrupt
+// upload is rejected at registration rather than found by compaction. An
+// error wrapping blockcheck.ErrCorrupt names the file; any other is a
+// failure to read, worth a retry.
+func (p Planner) checkFiles(ctx context.Context, k blockkey.Key, files []records.ObjectVersion) error {
+	for _, f := range files {
+		if err := blockcheck.RelPath(f.RelPath); err != nil {
+			return fmt.Errorf("%s: %w", k.BlockKey(), err)
+		}
+		key := k.Object(f.RelPath)
+		switch {
+		case f.RelPath == blockkey.IndexFile:
+			if f.Size < blockcheck.TOCSize {
+				return blockcheck.IndexTOC(nil, f.Size)
+			}
+			tail, err := p.getRange(ctx, key, f.VersionID, fmt.Sprintf("bytes=%d-%d", f.Size-blockcheck.TOCSize, f.Size-1))
+			if err != nil {
+				return err
+			}
+			if err := blockcheck.IndexTOC(tail, f.Size); err != nil {
+				return fmt.Errorf("%s: %w", key, err)
+			}
+		case strings.HasPrefix(f.RelPath, blockkey.ChunksDir+"/"):
+			if !chunkSegmentName(f.RelPath) {
+				return fmt.Errorf("%s: not a chunk segment (want chunks/ and six digits): %w", key, blockcheck.ErrCorrupt)
+			}
+			if f.Size < blockcheck.ChunkHeaderSize {
+				return fmt.Errorf("%s: %w", key, blockcheck.ChunkHeader(nil))
+			}
+			head, err := p.getRange(ctx, key, f.VersionID, fmt.Sprintf("bytes=0-%d", blockcheck.ChunkHeaderSize-1))
+			if err != nil {
+				return err
+			}
+			if err := blockcheck.ChunkHeader(head); err != nil {
+				return fmt.Errorf("%s: %w", key, err)
+			}
+		}
+	}
+	return nil
+}
+
+// chunkSegmentName reports a chunk segment's path, chunks/NNNNNN, as
+// Prometheus names and reads them.
+func chunkSegmentName(rel string) bool {
+	name := strings.TrimPrefix(rel, blockkey.ChunksDir+"/")
+	if len(name) != 6 {
+		return false
+	}
+	for _, c := range name {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// getRange reads a byte range of one object version.
+func (p Planner) getRange(ctx context.Context, key, vid, rng string) ([]byte, error) {
+	res, err := p.S3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(p.Config.Bucket), Key: aws.String(key),
+		VersionId: aws.String(vid), Range: aws.String(rng)})
+	if err != nil {
+		return nil, fmt.Errorf("get %s (%s): %w", key, rng, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("read %s (%s): %w", key, rng, err)
+	}
+	return b, nil
 }
 
 // sendSuperseded sends the deletion of the versions registration found

@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-dev/sluice/localstack/envtest"
 	"github.com/sluice-dev/sluice/shared/blockgen"
 	"github.com/sluice-dev/sluice/shared/blockkey"
+	"github.com/sluice-dev/sluice/shared/blockmeta"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/spec"
 	"github.com/sluice-dev/sluice/tests/testworld"
@@ -56,6 +57,34 @@ func TestBadInputIsIsolated(t *testing.T) {
 	if err := testworld.UploadBlock(ctx, w.Env.Clients.S3, w.Config.Bucket, w.Config.Layout, "bad", noIndex.Dir); err != nil {
 		t.Fatal(err)
 	}
+	// Blocks whose files are wrong in ways a few bytes show: an index cut
+	// short, a chunk segment that does not start with Prometheus' header,
+	// and a meta.json that lists a file outside the block. (Plain
+	// Prometheus meta.json: no sizes to catch the truncation with.)
+	damaged := w.Generate(blockgen.Options{Tenant: "bad", Start: day().Add(12 * time.Hour), Blocks: 3, Series: 10, Seed: 7})
+	truncIndex, badChunk, escaping := damaged[0], damaged[1], damaged[2]
+	damage := func(path string, fn func([]byte) []byte) {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, fn(b), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	damage(filepath.Join(truncIndex.Dir, blockkey.IndexFile), func(b []byte) []byte { return b[:len(b)-200] })
+	damage(filepath.Join(badChunk.Dir, blockkey.ChunksDir, "000001"), func(b []byte) []byte { b[1] ^= 0xff; return b })
+	escaping.Meta.Thanos = &blockmeta.Thanos{Labels: map[string]string{}, Source: "sidecar",
+		Files: []blockmeta.File{{RelPath: "../../other/index", SizeBytes: 1}}}
+	if err := escaping.Meta.WriteDir(escaping.Dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range damaged {
+		if err := testworld.UploadBlock(ctx, w.Env.Clients.S3, w.Config.Bucket, w.Config.Layout, "bad", b.Dir); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// Keys outside the <tenant>/<ULID>/ layout.
 	put("loose/meta.json", "{}")
 	put("acme/not-a-ulid/meta.json", "{}")
@@ -72,14 +101,20 @@ func TestBadInputIsIsolated(t *testing.T) {
 	rejected := byID(w.Blocks(ctx, "bad"))
 	for _, c := range []struct {
 		id, reason string
-	}{{corrupt.Meta.ULID.String(), "truncated JSON"}, {noIndex.Meta.ULID.String(), "block file missing"}} {
+	}{
+		{corrupt.Meta.ULID.String(), "truncated JSON"},
+		{noIndex.Meta.ULID.String(), "block file missing"},
+		{truncIndex.Meta.ULID.String(), "index table of contents"},
+		{badChunk.Meta.ULID.String(), "chunk segment magic"},
+		{escaping.Meta.ULID.String(), "leaves the block"},
+	} {
 		b, ok := rejected[c.id]
 		if !ok || b.State != records.BlockRejected || !strings.Contains(b.Reason, c.reason) || !strings.Contains(b.Reason, c.id) && !strings.Contains(b.Reason, "bad/") {
 			t.Errorf("block %s = %+v; want REJECTED naming the block and %q", c.id, b, c.reason)
 		}
 	}
-	if len(rejected) != 2 {
-		t.Errorf("tenant bad has %d records, want the 2 rejected blocks", len(rejected))
+	if len(rejected) != 5 {
+		t.Errorf("tenant bad has %d records, want the 5 rejected blocks", len(rejected))
 	}
 	tenants, err := w.Store.Tenants(ctx)
 	if err != nil {
