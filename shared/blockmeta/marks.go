@@ -68,6 +68,16 @@ type NoCompactMark struct {
 	Reason string `json:"reason"`
 }
 
+// ManualNoCompactReason is Thanos' reason for a mark set by hand or by a
+// tool other than its compactor; Sluice's quarantine uses it, with its own
+// reason in Details.
+const ManualNoCompactReason = "manual"
+
+// NewNoCompactMark returns a version-1 mark for id made at t.
+func NewNoCompactMark(id ulid.ULID, t time.Time, details string) NoCompactMark {
+	return NoCompactMark{ID: id, Version: NoCompactMarkVersion1, Details: details, NoCompactTime: t.Unix(), Reason: ManualNoCompactReason}
+}
+
 // Marshal encodes the mark deterministically.
 func (n NoCompactMark) Marshal() ([]byte, error) {
 	if n.Version == 0 {

@@ -45,7 +45,7 @@ func TestStatusCommand(t *testing.T) {
 	if err := w.store.SetGroupState(ctx, head, records.GroupClaiming, records.GroupPlanned, now); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.store.Lease(ctx, "team-a", g, 1, 1, "compact@test-worker", now, now.Add(20*time.Minute)); err != nil {
+	if _, err := w.store.Lease(ctx, "team-a", g, 1, 1, "compact@test-worker", now, now.Add(20*time.Minute), 3); err != nil {
 		t.Fatal(err)
 	}
 	body, _ := messages.Encode(messages.Job{Tenant: "team-a", Group: g.String(), Version: 1, Partition: 0, Output: bs[0].ID})
@@ -62,7 +62,7 @@ func TestStatusCommand(t *testing.T) {
 		for _, want := range []string{
 			"TENANT team-a — 2 live block(s)",
 			"BLOCKS", "LIVE", "REJECTED", "level 0 (uploads)",
-			"L1 " + g.String(), "v1", "PLANNED", "0/2 done, 1 running",
+			"L1", "2024-01-01 00:00 → 12:00", "v1", "PLANNED", "0/2 done, 1 running",
 			"compact@test-worker", "in 19m",
 			"block file missing: team-a/X/index",
 			"compaction-jobs",

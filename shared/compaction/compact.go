@@ -91,7 +91,8 @@ type source struct {
 }
 
 // Compact runs job. On any error the partial output is removed and the
-// error names the source block or step that failed; a source that does not
+// error names the source block or step that failed — a *SourceError when
+// one source is to blame (BlamedSource); a source that does not
 // hold the partition (SourceHoldsPartition) is never opened. Running the
 // same job twice writes byte-identical index, chunks and meta.json.
 func Compact(ctx context.Context, logger *slog.Logger, job Job) (*Result, error) {
@@ -151,11 +152,11 @@ func Compact(ctx context.Context, logger *slog.Logger, job Job) (*Result, error)
 			continue
 		}
 		if err := verifyFiles(s); err != nil {
-			return nil, fmt.Errorf("compact %s: source block %s (%s): %w", job.ULID, s.meta.ULID, s.dir, err)
+			return nil, fmt.Errorf("compact %s: %w", job.ULID, &SourceError{Block: s.meta.ULID, Err: fmt.Errorf("%s: %w", s.dir, err)})
 		}
 		b, err := tsdb.OpenBlock(logger, s.dir, pool, nil)
 		if err != nil {
-			return nil, fmt.Errorf("compact %s: open source block %s (%s): %w", job.ULID, s.meta.ULID, s.dir, err)
+			return nil, fmt.Errorf("compact %s: %w", job.ULID, &SourceError{Block: s.meta.ULID, Err: fmt.Errorf("open %s: %w", s.dir, err)})
 		}
 		readers = append(readers, b)
 		res.Read = append(res.Read, s.meta.ULID)
@@ -169,6 +170,12 @@ func Compact(ctx context.Context, logger *slog.Logger, job Job) (*Result, error)
 	pop := PartitionPopulator{Partition: job.Partition, PartitionCount: n, KeepAllSymbols: job.KeepAllSymbols}
 	dir, err := writeBlock(ctx, logger, job.OutDir, out, pool, pop, readers)
 	if err != nil {
+		if ctx.Err() == nil {
+			// Which source (if any) is to blame? The merge does not say.
+			if blame := diagnose(ctx, readers); blame != nil {
+				return nil, fmt.Errorf("compact %s: %w (merge failed: %v)", job.ULID, blame, err)
+			}
+		}
 		return nil, fmt.Errorf("compact %s: %w", job.ULID, err)
 	}
 	res.NumSeries, res.NumSamples = out.Stats.NumSeries, out.Stats.NumSamples

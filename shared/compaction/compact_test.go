@@ -378,6 +378,12 @@ func TestCorruptSourceFailsCleanly(t *testing.T) {
 						if !strings.Contains(err.Error(), id) || !strings.Contains(err.Error(), tc.want) {
 							t.Fatalf("error should name source %s and say %q: %v", id, tc.want, err)
 						}
+						// The pipeline quarantines the source the error
+						// blames; a meta.json it could not read names none
+						// (the pipeline's come from its records, parsed).
+						if blamed, ok := BlamedSource(err); tc.name != "garbage meta.json" && (!ok || blamed.String() != id) {
+							t.Fatalf("error blames %v (%v), want source %s: %v", blamed, ok, id, err)
+						}
 						entries, _ := os.ReadDir(out)
 						if len(entries) != 0 {
 							t.Fatalf("left behind %v", entries)

@@ -71,6 +71,16 @@ type Config struct {
 	// DownloadParallelism bounds concurrent object downloads
 	// (SLUICE_DOWNLOAD_PARALLELISM, default 8).
 	DownloadParallelism int
+	// MaxJobAttempts is how many failed attempts a version's jobs may
+	// make — counted across redeliveries, re-drives and versions over the
+	// same sources — before the cleaner quarantines the source the last
+	// failure blamed, or the group (SLUICE_MAX_JOB_ATTEMPTS, default 3).
+	MaxJobAttempts int
+	// DeadlineMargin is how long before its function's deadline a job
+	// stops, records its attempt as failed and commits nothing
+	// (SLUICE_DEADLINE_MARGIN, default 1m: enough to record the failure
+	// and tell the cleaner).
+	DeadlineMargin time.Duration
 }
 
 // EnvReplicaLabels names the replica labels (Config.ReplicaLabels).
@@ -173,6 +183,11 @@ func Load(getenv func(string) string) (Config, error) {
 	if c.DownloadParallelism == 0 {
 		c.DownloadParallelism = 8
 	}
+	c.MaxJobAttempts = int(num("SLUICE_MAX_JOB_ATTEMPTS"))
+	if c.MaxJobAttempts == 0 {
+		c.MaxJobAttempts = 3
+	}
+	c.DeadlineMargin = dur("SLUICE_DEADLINE_MARGIN", time.Minute)
 	if len(errs) > 0 {
 		return Config{}, fmt.Errorf("config: %s", strings.Join(errs, "; "))
 	}

@@ -23,6 +23,7 @@ const (
 	KindOp      Kind = "op"
 	KindPlan    Kind = "plan"
 	KindSweep   Kind = "sweep"
+	KindRetry   Kind = "retry"
 )
 
 // Job asks the compact function for partition Partition of version Version
@@ -65,7 +66,18 @@ const (
 	// (re-uploads of retired blocks, losing attempts' objects); never a
 	// version the block's record names.
 	OpDeleteStray OpKind = "DELETE_STRAY"
+	// OpNoCompact writes no-compact-mark.json of a QUARANTINED block, as
+	// Thanos and Cortex write it, so their tools leave it alone too.
+	OpNoCompact OpKind = "NO_COMPACT"
+	// OpUnmarkNoCompact deletes the no-compact mark Sluice wrote for a
+	// block that `sluice retry` released (by its VersionId).
+	OpUnmarkNoCompact OpKind = "UNMARK_NO_COMPACT"
 )
+
+// MaxStrayPerOp bounds the versions one DELETE_STRAY op names, so its body
+// stays far below SQS's 256 KiB (a version is about 80 bytes); more are
+// sent as several ops.
+const MaxStrayPerOp = 500
 
 // StrayVersion is an object version to delete that no record names.
 type StrayVersion struct {
@@ -92,6 +104,16 @@ type PlanRequest struct {
 	Why    string `json:"why"`
 }
 
+// RetryRequest asks the planner to release a quarantined block or group
+// (`sluice retry`): exactly one of Block and Group is set.
+type RetryRequest struct {
+	Tenant string `json:"tenant"`
+	Block  string `json:"block,omitempty"`
+	Group  string `json:"group,omitempty"`
+	// Nonce makes the dedup id unique per request.
+	Nonce string `json:"nonce"`
+}
+
 type envelope struct {
 	Sluice Kind            `json:"sluice"`
 	Body   json.RawMessage `json:"body,omitempty"`
@@ -109,6 +131,8 @@ func Encode(m any) (string, error) {
 		k = KindOp
 	case PlanRequest:
 		k = KindPlan
+	case RetryRequest:
+		k = KindRetry
 	default:
 		return "", fmt.Errorf("messages: cannot encode %T", m)
 	}
@@ -142,6 +166,8 @@ func Decode(body string) (any, error) {
 		m = &BlockOp{}
 	case KindPlan:
 		m = &PlanRequest{}
+	case KindRetry:
+		m = &RetryRequest{}
 	case KindSweep:
 		return Sweep{}, nil
 	default:
@@ -168,7 +194,7 @@ func Decode(body string) (any, error) {
 			return nil, fmt.Errorf("messages: incomplete block op %+v", *v)
 		}
 		switch v.Op {
-		case OpPublish, OpMark, OpDelete, OpDeleteStray:
+		case OpPublish, OpMark, OpDelete, OpDeleteStray, OpNoCompact, OpUnmarkNoCompact:
 		default:
 			return nil, fmt.Errorf("messages: unknown block op %q", v.Op)
 		}
@@ -176,6 +202,11 @@ func Decode(body string) (any, error) {
 	case *PlanRequest:
 		if v.Tenant == "" || v.Group == "" {
 			return nil, fmt.Errorf("messages: incomplete plan request %+v", *v)
+		}
+		return *v, nil
+	case *RetryRequest:
+		if v.Tenant == "" || (v.Block == "") == (v.Group == "") {
+			return nil, fmt.Errorf("messages: a retry request names one block or one group: %+v", *v)
 		}
 		return *v, nil
 	}

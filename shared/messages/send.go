@@ -22,6 +22,11 @@ type Queues struct {
 	BlockOps       string
 }
 
+// MaxBodyBytes is SQS's limit on a message body (256 KiB). Senders keep
+// far below it (a DELETE_STRAY op names at most MaxStrayPerOp versions);
+// a body over it fails the send instead of being cut.
+const MaxBodyBytes = 256 * 1024
+
 // Sender sends messages with their FIFO group and dedup ids.
 type Sender struct {
 	SQS    SQS
@@ -53,6 +58,11 @@ func (s Sender) Plan(ctx context.Context, p PlanRequest) error {
 	return s.send(ctx, s.Queues.BlockEvents, p, "", "")
 }
 
+// Retry sends a retry request to the planner's (standard) queue.
+func (s Sender) Retry(ctx context.Context, r RetryRequest) error {
+	return s.send(ctx, s.Queues.BlockEvents, r, "", "")
+}
+
 func (s Sender) send(ctx context.Context, url string, m any, group, dedup string) error {
 	if url == "" {
 		return fmt.Errorf("send %T: queue URL not configured", m)
@@ -61,9 +71,12 @@ func (s Sender) send(ctx context.Context, url string, m any, group, dedup string
 	if err != nil {
 		return err
 	}
+	if len(body) > MaxBodyBytes {
+		return fmt.Errorf("send %T: body of %d bytes exceeds SQS's %d", m, len(body), MaxBodyBytes)
+	}
 	in := &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(body)}
 	if group != "" {
-		in.MessageGroupId = aws.String(group)
+		in.MessageGroupId = aws.String(groupID(group))
 		in.MessageDeduplicationId = aws.String(dedupID(dedup))
 	}
 	if _, err := s.SQS.SendMessage(ctx, in); err != nil {

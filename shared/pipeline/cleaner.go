@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -82,10 +83,16 @@ func (c Cleaner) Advance(ctx context.Context, tenant string, g planning.GroupKey
 			return err
 		}
 		if !allDone(parts, head.Partitions) {
-			if sweeping {
+			switch {
+			case head.Failures >= c.Config.MaxJobAttempts:
+				return c.quarantine(ctx, head)
+			case head.LastErrorKind == records.FailureNotDeterministic:
+				// New output ULIDs: the next version writes under new keys.
+				return c.supersede(ctx, head, records.GroupPlanned, "an attempt found its output keys holding other bytes (not deterministic): "+head.LastError)
+			case sweeping:
 				return c.redrive(ctx, head, parts)
 			}
-			return nil
+			return c.retryFailed(ctx, head, parts)
 		}
 		if err := c.step(ctx, "cleaner.before-complete", head.Ref()); err != nil {
 			return err
@@ -108,6 +115,8 @@ func (c Cleaner) Advance(ctx context.Context, tenant string, g planning.GroupKey
 		return c.finishComplete(ctx, head, parts)
 	case records.GroupSuperseded:
 		return c.cleanupSuperseded(ctx, head)
+	case records.GroupQuarantined:
+		return c.cleanupQuarantined(ctx, head)
 	case records.GroupRetired:
 		if !sweeping {
 			return nil
@@ -310,29 +319,8 @@ func (c Cleaner) cleanupSuperseded(ctx context.Context, head records.Group) erro
 	if err != nil {
 		return err
 	}
-	outs, err := c.outputs(ctx, head, parts)
-	if err != nil {
+	if err := c.discardOutputs(ctx, head, parts); err != nil {
 		return err
-	}
-	for _, b := range outs {
-		switch b.State {
-		case records.BlockPending:
-			gen, err := c.Store.Discard(ctx, b, now)
-			if err != nil {
-				if records.IsConditionLost(err) {
-					continue
-				}
-				return err
-			}
-			b.Gen = gen
-		case records.BlockDiscarded:
-			// Sent again: a cleanup that died after discarding it lost the op.
-		default:
-			continue
-		}
-		if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpDelete, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen}); err != nil {
-			return err
-		}
 	}
 	if err := c.orphans(ctx, head, parts); err != nil {
 		return err
@@ -344,6 +332,36 @@ func (c Cleaner) cleanupSuperseded(ctx context.Context, head records.Group) erro
 	}
 	if err := c.Store.FinishVersion(ctx, head, now.Add(c.Config.OrphanDelay)); err != nil && !records.IsConditionLost(err) {
 		return err
+	}
+	return nil
+}
+
+// discardOutputs makes the PENDING outputs of a version that will never
+// complete DISCARDED and sends their DELETE ops (again for those already
+// discarded: a cleanup that died after discarding lost the op).
+func (c Cleaner) discardOutputs(ctx context.Context, head records.Group, parts []records.Partition) error {
+	outs, err := c.outputs(ctx, head, parts)
+	if err != nil {
+		return err
+	}
+	for _, b := range outs {
+		switch b.State {
+		case records.BlockPending:
+			gen, err := c.Store.Discard(ctx, b, c.now())
+			if err != nil {
+				if records.IsConditionLost(err) {
+					continue
+				}
+				return err
+			}
+			b.Gen = gen
+		case records.BlockDiscarded:
+		default:
+			continue
+		}
+		if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpDelete, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen}); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -389,10 +407,91 @@ func (c Cleaner) orphans(ctx context.Context, head records.Group, parts []record
 		}
 		c.Logger.WarnContext(ctx, "orphaned object versions found; deleting", "tenant", head.Tenant, "block", id,
 			"group", head.Key.String(), "version", head.Version, "versions", len(stray))
-		if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpDeleteStray, Tenant: head.Tenant, Block: id, Gen: gen,
-			Stray: stray, Nonce: fmt.Sprintf("orphans-%d", c.now().UnixMilli())}); err != nil {
+		if err := sendStray(ctx, c.Send, head.Tenant, id, gen, stray); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// retryFailed re-sends at once the jobs of partitions whose last attempt
+// failed and released its lease (PENDING with failures): a job's failure
+// note need not wait for the sweep's RedriveAfter. The failure count is
+// the re-send's nonce, so a duplicate note sends nothing new.
+func (c Cleaner) retryFailed(ctx context.Context, head records.Group, parts []records.Partition) error {
+	for _, p := range parts {
+		if p.State == records.PartitionPending && p.Failures > 0 {
+			if err := sendJobs(ctx, c.Deps, head, []int{p.Index}, int64(p.Failures)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// quarantine ends a version whose jobs failed MaxJobAttempts times. When
+// the last failure blamed one of its sources, that source is quarantined
+// (QUARANTINED, with a no-compact mark) and the version superseded, so
+// the group re-plans without it and its neighbours compact. Otherwise the
+// group is quarantined: its sources stay claimed and readable, nothing
+// re-plans it until `sluice retry`.
+func (c Cleaner) quarantine(ctx context.Context, head records.Group) error {
+	log := c.Logger.With("tenant", head.Tenant, "group", head.Key.String(), "version", head.Version)
+	if err := c.step(ctx, "cleaner.before-quarantine", head.Ref()); err != nil {
+		return err
+	}
+	now := c.now()
+	reason := fmt.Sprintf("%d failed attempts; last (%s): %s", head.Failures, head.LastErrorKind, head.LastError)
+	if head.LastErrorKind == records.FailureSource && slices.Contains(head.Sources, head.LastErrorBlock) {
+		b, ok, err := c.Store.GetBlock(ctx, head.Tenant, head.LastErrorBlock)
+		if err != nil {
+			return err
+		}
+		if ok && b.State == records.BlockClaimed && b.ClaimedBy == head.Ref() {
+			gen, err := c.Store.QuarantineSource(ctx, head, b, reason, now)
+			if err != nil {
+				if records.IsConditionLost(err) {
+					log.InfoContext(ctx, "quarantine lost its condition; someone else moved the group", "lost", err)
+					return nil
+				}
+				return err
+			}
+			log.ErrorContext(ctx, "source block quarantined; the group re-plans without it", "block", b.ID, "reason", reason)
+			if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpNoCompact, Tenant: b.Tenant, Block: b.ID, Gen: gen}); err != nil {
+				return err
+			}
+			head.State = records.GroupSuperseded
+			return c.cleanupSuperseded(ctx, head)
+		}
+	}
+	if err := c.Store.QuarantineGroup(ctx, head, reason, now); err != nil {
+		if records.IsConditionLost(err) {
+			log.InfoContext(ctx, "quarantine lost its condition; someone else moved the group", "lost", err)
+			return nil
+		}
+		return err
+	}
+	log.ErrorContext(ctx, "group quarantined: its sources stay as they are until 'sluice retry'", "reason", reason)
+	head.State = records.GroupQuarantined
+	return c.cleanupQuarantined(ctx, head)
+}
+
+// cleanupQuarantined discards a quarantined version's outputs (DELETE
+// ops), sweeps orphans under its output keys and takes it off the active
+// agenda; its sources stay claimed. Idempotent.
+func (c Cleaner) cleanupQuarantined(ctx context.Context, head records.Group) error {
+	parts, err := c.Store.Partitions(ctx, head.Tenant, head.Key, head.Version)
+	if err != nil {
+		return err
+	}
+	if err := c.discardOutputs(ctx, head, parts); err != nil {
+		return err
+	}
+	if err := c.orphans(ctx, head, parts); err != nil {
+		return err
+	}
+	if err := c.Store.FinishVersion(ctx, head, c.now().Add(c.Config.OrphanDelay)); err != nil && !records.IsConditionLost(err) {
+		return err
 	}
 	return nil
 }

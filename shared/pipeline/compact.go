@@ -4,10 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -44,6 +48,13 @@ func (c Compact) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 
 // Run executes one job. A job that finds its partition done, leased by a
 // live worker, or its version no longer current acknowledges and stops.
+//
+// A job whose own work fails — a source it cannot read, a compaction
+// error, an output that is not deterministic, running out of its
+// function's time — records the failed attempt (fenced on its lease),
+// tells the cleaner and acknowledges: the cleaner retries it or, after
+// MaxJobAttempts failures, quarantines. A failure to reach AWS is
+// returned, and SQS redelivers the job.
 func (c Compact) Run(ctx context.Context, job messages.Job) error {
 	g, err := planning.ParseGroupKey(job.Group)
 	if err != nil {
@@ -56,8 +67,12 @@ func (c Compact) Run(ctx context.Context, job messages.Job) error {
 	if err := c.step(ctx, "compact.before-lease", ref); err != nil {
 		return err
 	}
-	attempt, err := c.Store.Lease(ctx, job.Tenant, g, job.Version, job.Partition, owner, now, now.Add(c.Config.LeaseDuration))
+	attempt, err := c.Store.Lease(ctx, job.Tenant, g, job.Version, job.Partition, owner, now, now.Add(c.Config.LeaseDuration), c.Config.MaxJobAttempts)
 	if err != nil {
+		if errors.Is(err, records.ErrAttemptsExhausted) {
+			log.WarnContext(ctx, "the version's jobs failed too often; not running again, the cleaner quarantines", "err", err)
+			return c.Send.Cleaner(ctx, messages.CleanerNote{Tenant: job.Tenant, Group: job.Group, Version: job.Version, Why: "attempts-exhausted", Nonce: owner})
+		}
 		if records.IsConditionLost(err) {
 			log.InfoContext(ctx, "job not taken: partition done, leased by a live worker, or version no longer current", "lost", err)
 			return nil
@@ -84,9 +99,19 @@ func (c Compact) Run(ctx context.Context, job messages.Job) error {
 	if err := c.step(ctx, "compact.after-read", ref); err != nil {
 		return err
 	}
-	out, err := c.compact(ctx, head, job.Partition, srcs, log)
+	work, stop := c.workContext(ctx)
+	out, err := c.compact(work, head, job.Partition, srcs, log)
+	stop()
 	if err != nil {
-		return fmt.Errorf("compact %s: %w", ref, err)
+		f, counted := c.classify(ctx, work, err)
+		if !counted {
+			return fmt.Errorf("compact %s: %w", ref, err)
+		}
+		return c.fail(ctx, job, g, owner, f, log)
+	}
+	if left, ok := c.timeLeft(ctx); ok && left < c.Config.DeadlineMargin {
+		return c.fail(ctx, job, g, owner, records.Failure{Kind: records.FailureDeadline,
+			Message: fmt.Sprintf("finished %v before the function's deadline, inside the %v margin: not committing", left.Round(time.Second), c.Config.DeadlineMargin)}, log)
 	}
 	if err := c.step(ctx, "compact.before-commit", ref); err != nil {
 		return err
@@ -106,6 +131,72 @@ func (c Compact) Run(ctx context.Context, job messages.Job) error {
 	}
 	log.InfoContext(ctx, "partition committed", "output", job.Output, "empty", out == nil)
 	return c.Send.Cleaner(ctx, messages.CleanerNote{Tenant: job.Tenant, Group: job.Group, Version: job.Version, Why: "commit", Nonce: fmt.Sprint(job.Partition)})
+}
+
+// timeLeft is how long the function may still run (false: no deadline).
+func (c Compact) timeLeft(ctx context.Context) (time.Duration, bool) {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return 0, false
+	}
+	return time.Until(d), true
+}
+
+// workContext is the context the job's work runs under: it ends
+// DeadlineMargin before the function's deadline, leaving the job the time
+// to record its failed attempt.
+func (c Compact) workContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if left, ok := c.timeLeft(ctx); ok {
+		return context.WithTimeout(ctx, left-c.Config.DeadlineMargin)
+	}
+	return context.WithCancel(ctx)
+}
+
+// jobError marks a failure of the job's own work (as opposed to a failure
+// to reach AWS): it counts as a failed attempt.
+type jobError struct{ err error }
+
+func (e jobError) Error() string { return e.err.Error() }
+func (e jobError) Unwrap() error { return e.err }
+
+// classify tells a failed attempt (counted, with its kind and the blamed
+// source) from a transient failure to reach AWS (not counted: SQS
+// redelivers the job).
+func (c Compact) classify(ctx, work context.Context, err error) (records.Failure, bool) {
+	f := records.Failure{Message: err.Error()}
+	var je jobError
+	switch {
+	case ctx.Err() != nil:
+		return f, false // the function itself is stopping
+	case work.Err() != nil:
+		f.Kind = records.FailureDeadline
+		f.Message = fmt.Sprintf("ran out of time %v before the function's deadline: %v", c.Config.DeadlineMargin, err)
+	case errors.Is(err, blockstore.ErrNotDeterministic):
+		f.Kind = records.FailureNotDeterministic
+	default:
+		if id, ok := compaction.BlamedSource(err); ok {
+			f.Kind, f.Block = records.FailureSource, id.String()
+		} else if errors.As(err, &je) || errors.Is(err, syscall.ENOSPC) {
+			f.Kind = records.FailureOther
+		} else {
+			return f, false
+		}
+	}
+	return f, true
+}
+
+// fail records a failed attempt and tells the cleaner, which retries the
+// partition or quarantines; the job message is then acknowledged.
+func (c Compact) fail(ctx context.Context, job messages.Job, g planning.GroupKey, owner string, f records.Failure, log *slog.Logger) error {
+	log.ErrorContext(ctx, "job attempt failed", "kind", f.Kind, "blames", f.Block, "err", f.Message)
+	if err := c.Store.RecordFailure(ctx, job.Tenant, g, job.Version, job.Partition, owner, f, c.now()); err != nil {
+		if records.IsConditionLost(err) {
+			log.InfoContext(ctx, "the failure was not recorded: the version or the lease moved on", "lost", err)
+			return nil
+		}
+		return err
+	}
+	return c.Send.Cleaner(ctx, messages.CleanerNote{Tenant: job.Tenant, Group: job.Group, Version: job.Version, Why: "failed", Nonce: owner})
 }
 
 func (c Compact) owner() string {
@@ -128,7 +219,7 @@ func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []
 	// and resolution, as recorded when the stream's first block came.
 	for _, b := range srcs {
 		if b.Stream != head.Key.Stream {
-			return nil, fmt.Errorf("version %s: source %s is of stream %s, not the group's: refusing to mix streams", head.Ref(), b.Key(), b.Stream)
+			return nil, jobError{fmt.Errorf("version %s: source %s is of stream %s, not the group's: refusing to mix streams", head.Ref(), b.Key(), b.Stream)}
 		}
 	}
 	sr, ok, err := c.Store.GetStream(ctx, head.Tenant, head.Key.Stream)
@@ -185,6 +276,11 @@ func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []
 			objs = append(objs, blockstore.Object{Key: k.Object(f.RelPath), VersionID: f.VersionID, Size: f.Size, RelPath: f.RelPath})
 		}
 		if err := blockstore.Download(ctx, c.S3, c.Config.Bucket, objs, dir, c.Config.DownloadParallelism); err != nil {
+			if errors.Is(err, blockstore.ErrNotFound) || (errors.Is(err, blockstore.ErrSizeMismatch) && !errors.Is(err, io.ErrUnexpectedEOF)) {
+				// Deleted or changed behind Sluice's back: the source is
+				// to blame, not the network.
+				return nil, &compaction.SourceError{Block: id, Err: fmt.Errorf("download: %w", err)}
+			}
 			return nil, fmt.Errorf("download source %s: %w", b.Key(), err)
 		}
 	}
@@ -199,7 +295,7 @@ func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []
 		},
 	})
 	if err != nil {
-		return nil, err
+		return nil, jobError{err}
 	}
 	if res.Empty {
 		log.InfoContext(ctx, "partition holds no series")

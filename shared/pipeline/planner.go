@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/oklog/ulid/v2"
 
 	"github.com/sluice-dev/sluice/shared/blockcheck"
 	"github.com/sluice-dev/sluice/shared/blockkey"
@@ -34,15 +36,17 @@ func (p Planner) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 func (p Planner) handleMessage(ctx context.Context, m events.SQSMessage) error {
 	msg, err := messages.Decode(m.Body)
 	if err == nil {
-		req, ok := msg.(messages.PlanRequest)
-		if !ok {
-			return fmt.Errorf("planner: unexpected %T on the block-events queue", msg)
+		switch req := msg.(type) {
+		case messages.PlanRequest:
+			g, err := planning.ParseGroupKey(req.Group)
+			if err != nil {
+				return err
+			}
+			return p.PlanGroup(ctx, req.Tenant, g)
+		case messages.RetryRequest:
+			return p.Retry(ctx, req)
 		}
-		g, err := planning.ParseGroupKey(req.Group)
-		if err != nil {
-			return err
-		}
-		return p.PlanGroup(ctx, req.Tenant, g)
+		return fmt.Errorf("planner: unexpected %T on the block-events queue", msg)
 	}
 	if !errors.Is(err, messages.ErrNotSluice) {
 		return err
@@ -122,6 +126,11 @@ func (p Planner) recognise(ctx context.Context, k blockkey.Key, b records.Block,
 	case b.ProducedBy != "" && (b.State == records.BlockLive || b.State == records.BlockPending) && !b.Published:
 		log.InfoContext(ctx, "event for Sluice's own output being published", "state", b.State, "gen", b.Gen)
 		return nil
+	case b.State == records.BlockQuarantined:
+		// An operator fixing a quarantined block: its new versions are
+		// kept for `sluice retry`, which reads the block again.
+		log.WarnContext(ctx, "re-upload of a quarantined block; kept as it is until 'sluice retry'", "gen", b.Gen)
+		return nil
 	}
 	// A re-upload. One LIST finds its versions and those of any upload
 	// before the registered one, whose event may come only now.
@@ -138,44 +147,69 @@ func (p Planner) recognise(ctx context.Context, k blockkey.Key, b records.Block,
 // register reads what the block is made of and puts its record: LIVE, or
 // REJECTED with the reason when it cannot be compacted.
 func (p Planner) register(ctx context.Context, k blockkey.Key, body []byte, vid string, log *slog.Logger) (records.Block, error) {
-	b := records.Block{Tenant: k.Tenant, ID: k.Block.String(), Gen: 1, Meta: string(body), MetaVersionID: vid,
-		Published: true, UpdatedAt: p.now().UnixMilli(), Arrived: p.now().UnixMilli()}
-	reject := func(reason string) (records.Block, error) {
+	b, st, reason, err := p.readBlock(ctx, k, body, vid)
+	if err != nil {
+		return b, err
+	}
+	if reason != "" {
 		b.State, b.Reason = records.BlockRejected, reason
 		log.ErrorContext(ctx, "block rejected: it will not be compacted", "key", k.Object(blockkey.MetaFile), "reason", reason)
 		return b, p.Store.RegisterBlock(ctx, b, nil, nil)
 	}
+	if b.NoCompact {
+		log.InfoContext(ctx, "block carries a no-compact mark; it is never a source")
+	}
+	if err := p.step(ctx, "planner.before-register", b.Key()); err != nil {
+		return b, err
+	}
+	sr := &records.StreamRecord{ID: b.Stream, Labels: st.Labels, Resolution: st.Resolution}
+	if err := p.Store.RegisterBlock(ctx, b, memberRanges(p.Config.Policy, b.Stream, b.Level, b.MinT, b.MaxT), sr); err != nil {
+		return b, err
+	}
+	log.InfoContext(ctx, "block registered", "stream", st.String(), "streamID", b.Stream, "minT", b.MinT, "maxT", b.MaxT, "level", b.Level,
+		"series", b.Series, "files", len(b.Files), "noCompact", b.NoCompact, "superseded", len(b.Superseded))
+	return b, p.sendSuperseded(ctx, k, b)
+}
+
+// readBlock reads what the block at k is made of — its meta.json body (at
+// version vid), one LIST of its prefix, a few bytes of its files — into a
+// LIVE record. reason is non-empty when the block cannot be compacted
+// (corrupt meta.json, a file missing, damaged or outside the block); err
+// is a failure to read, worth a retry.
+func (p Planner) readBlock(ctx context.Context, k blockkey.Key, body []byte, vid string) (b records.Block, st stream.Stream, reason string, err error) {
+	b = records.Block{Tenant: k.Tenant, ID: k.Block.String(), Gen: 1, Meta: string(body), MetaVersionID: vid,
+		Published: true, UpdatedAt: p.now().UnixMilli(), Arrived: p.now().UnixMilli()}
 	meta, err := blockmeta.Parse(body, k.Object(blockkey.MetaFile))
 	if err != nil {
-		return reject(err.Error())
+		return b, st, err.Error(), nil
 	}
 	if meta.ULID != k.Block {
-		return reject(fmt.Sprintf("meta.json names block %s but lives under %s", meta.ULID, k.Block))
+		return b, st, fmt.Sprintf("meta.json names block %s but lives under %s", meta.ULID, k.Block), nil
 	}
 	l, err := p.listBlock(ctx, k)
 	if err != nil {
-		return b, err
+		return b, st, "", err
 	}
 	if meta.Thanos != nil {
 		for _, f := range meta.Thanos.Files {
 			if err := blockcheck.RelPath(f.RelPath); err != nil {
-				return reject(fmt.Sprintf("meta.json of %s lists a bad file: %v", k.BlockKey(), err))
+				return b, st, fmt.Sprintf("meta.json of %s lists a bad file: %v", k.BlockKey(), err), nil
 			}
 		}
 	}
 	files, err := l.files(k, meta)
 	if err != nil {
-		return reject(err.Error())
+		return b, st, err.Error(), nil
 	}
 	if err := p.checkFiles(ctx, k, files); err != nil {
 		if errors.Is(err, blockcheck.ErrCorrupt) {
-			return reject(err.Error())
+			return b, st, err.Error(), nil
 		}
-		return b, err
+		return b, st, "", err
 	}
 	b.Files = files
 	b.Superseded = l.notNamedBy(b)
-	st := stream.Of(meta, p.Config.ReplicaLabels)
+	st = stream.Of(meta, p.Config.ReplicaLabels)
 	b.Stream = st.ID()
 	b.MinT, b.MaxT = meta.MinTime, meta.MaxTime
 	b.Level = p.Config.Policy.LevelOf(meta.MinTime, meta.MaxTime)
@@ -188,21 +222,103 @@ func (p Planner) register(ctx context.Context, k blockkey.Key, body []byte, vid 
 	if pi, ok := meta.PartitionInfo(); ok && pi.PartitionCount > 1 {
 		b.PartitionCount, b.PartitionID = pi.PartitionCount, pi.PartitionID
 	}
-	if _, ok := l.latest[blockkey.NoCompactMarkFile]; ok {
-		b.NoCompact = true
-		log.InfoContext(ctx, "block carries a no-compact mark; it is never a source")
-	}
+	_, b.NoCompact = l.latest[blockkey.NoCompactMarkFile]
 	b.State = records.BlockLive
-	if err := p.step(ctx, "planner.before-register", b.Key()); err != nil {
-		return b, err
+	return b, st, "", nil
+}
+
+// Retry releases a quarantined block or group (`sluice retry`).
+//
+// A block is read again as it is in the bucket now — an operator may have
+// re-uploaded fixed files under its ULID — checked as at registration, and
+// made LIVE with those files (QUARANTINED → LIVE, fenced on its gen); the
+// versions its record no longer names are deleted, Sluice's no-compact
+// mark too, and its group is planned. A block that still fails the
+// registration checks stays quarantined, with the new reason logged.
+//
+// A group goes QUARANTINED → SUPERSEDED with its failures forgotten; the
+// cleanup of a superseded version releases the claims and re-plans.
+func (p Planner) Retry(ctx context.Context, req messages.RetryRequest) error {
+	log := p.Logger.With("tenant", req.Tenant, "block", req.Block, "group", req.Group)
+	if req.Group != "" {
+		g, err := planning.ParseGroupKey(req.Group)
+		if err != nil {
+			return err
+		}
+		head, ok, err := p.Store.GetGroup(ctx, req.Tenant, g)
+		if err != nil {
+			return err
+		}
+		if !ok || head.State != records.GroupQuarantined {
+			log.WarnContext(ctx, "retry of a group that is not quarantined; nothing to do", "state", head.State)
+			return nil
+		}
+		if err := p.Store.ReleaseGroup(ctx, head, p.now()); err != nil {
+			if records.IsConditionLost(err) {
+				return nil
+			}
+			return err
+		}
+		log.InfoContext(ctx, "quarantined group released; re-planning", "version", head.Version)
+		head.State = records.GroupSuperseded
+		return Cleaner(p).cleanupSuperseded(ctx, head)
 	}
-	sr := &records.StreamRecord{ID: b.Stream, Labels: st.Labels, Resolution: st.Resolution}
-	if err := p.Store.RegisterBlock(ctx, b, memberRanges(p.Config.Policy, b.Stream, b.Level, b.MinT, b.MaxT), sr); err != nil {
-		return b, err
+	b, ok, err := p.Store.GetBlock(ctx, req.Tenant, req.Block)
+	if err != nil {
+		return err
 	}
-	log.InfoContext(ctx, "block registered", "stream", st.String(), "streamID", b.Stream, "minT", b.MinT, "maxT", b.MaxT, "level", b.Level,
-		"series", b.Series, "files", len(files), "noCompact", b.NoCompact, "superseded", len(b.Superseded))
-	return b, p.sendSuperseded(ctx, k, b)
+	if !ok || b.State != records.BlockQuarantined {
+		log.WarnContext(ctx, "retry of a block that is not quarantined; nothing to do", "state", b.State)
+		return nil
+	}
+	id, err := ulid.ParseStrict(b.ID)
+	if err != nil {
+		return err
+	}
+	k, err := p.Config.Layout.Block(b.Tenant, id)
+	if err != nil {
+		return err
+	}
+	body, vid, err := p.getObject(ctx, k.Object(blockkey.MetaFile), "")
+	if err != nil {
+		return err
+	}
+	fresh, _, reason, err := p.readBlock(ctx, k, body, vid)
+	if err != nil {
+		return err
+	}
+	if reason == "" && (fresh.MinT != b.MinT || fresh.MaxT != b.MaxT || fresh.Stream != b.Stream) {
+		reason = "the re-uploaded meta.json changes the block's time range or stream; upload it under a new ULID"
+	}
+	if reason != "" {
+		log.ErrorContext(ctx, "retry: the block still fails its checks; it stays quarantined", "reason", reason)
+		return nil
+	}
+	old := b
+	b.Files, b.Meta, b.MetaVersionID = fresh.Files, fresh.Meta, fresh.MetaVersionID
+	b.Series, b.Samples, b.IndexBytes = fresh.Series, fresh.Samples, fresh.IndexBytes
+	gen, err := p.Store.ReleaseBlock(ctx, b, p.now())
+	if err != nil {
+		if records.IsConditionLost(err) {
+			return nil
+		}
+		return err
+	}
+	b.Gen, b.State = gen, records.BlockLive
+	log.InfoContext(ctx, "quarantined block released", "gen", gen)
+	if err := p.Send.Op(ctx, messages.BlockOp{Op: messages.OpUnmarkNoCompact, Tenant: b.Tenant, Block: b.ID, Gen: gen}); err != nil {
+		return err
+	}
+	var gone []records.ObjectVersion
+	for _, v := range old.AllVersions() {
+		if v.RelPath != blockkey.NoCompactMarkFile && !b.Names(v.RelPath, v.VersionID) {
+			gone = append(gone, v)
+		}
+	}
+	if err := p.sendStray(ctx, k, b, gone); err != nil {
+		return err
+	}
+	return p.planFor(ctx, b)
 }
 
 // memberRanges lists the group ranges of stream st, at every level above
@@ -302,18 +418,14 @@ func (p Planner) sendSuperseded(ctx context.Context, k blockkey.Key, b records.B
 	return p.sendStray(ctx, k, b, b.Superseded)
 }
 
-// sendStray sends a DELETE_STRAY op for vs. The uploader never deletes a
-// version the block's record names, whatever the op says.
+// sendStray sends DELETE_STRAY ops for versions of b that its record does
+// not name.
 func (p Planner) sendStray(ctx context.Context, k blockkey.Key, b records.Block, vs []records.ObjectVersion) error {
-	if len(vs) == 0 {
-		return nil
-	}
 	stray := make([]messages.StrayVersion, 0, len(vs))
 	for _, v := range vs {
 		stray = append(stray, messages.StrayVersion{RelPath: v.RelPath, VersionID: v.VersionID})
 	}
-	return p.Send.Op(ctx, messages.BlockOp{Op: messages.OpDeleteStray, Tenant: k.Tenant, Block: k.Block.String(),
-		Gen: b.Gen, Stray: stray, Nonce: strayNonce(stray)})
+	return sendStray(ctx, p.Send, k.Tenant, k.Block.String(), b.Gen, stray)
 }
 
 func (p Planner) getObject(ctx context.Context, key, vid string) ([]byte, string, error) {
@@ -383,6 +495,10 @@ func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKe
 		log.InfoContext(ctx, "group busy; backing off", "version", head.Version, "state", head.State)
 		return false, nil
 	}
+	if head.State == records.GroupQuarantined {
+		log.WarnContext(ctx, "group quarantined; not planning until 'sluice retry'", "version", head.Version, "reason", head.Reason)
+		return false, nil
+	}
 	blocks, err := p.Store.RangeBlocks(ctx, tenant, g)
 	if err != nil {
 		return false, err
@@ -412,6 +528,14 @@ func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKe
 	for _, c := range dec.Sources {
 		next.Sources = append(next.Sources, c.ID)
 		srcs = append(srcs, byID[c.ID])
+	}
+	if head.State == records.GroupSuperseded && slices.Equal(head.Sources, next.Sources) {
+		// The same work again: its failures keep counting, so a version
+		// superseded over a source that always fails does not start over.
+		next.Failures, next.LastError, next.LastErrorBlock, next.LastErrorKind = head.Failures, head.LastError, head.LastErrorBlock, head.LastErrorKind
+		if next.LastErrorKind == records.FailureNotDeterministic {
+			next.LastErrorKind = records.FailureOther // already acted on: this version has new output ULIDs
+		}
 	}
 	log = log.With("version", next.Version)
 	if err := p.step(ctx, "planner.before-create", next.Ref()); err != nil {
@@ -477,7 +601,7 @@ func candidates(blocks []records.Block) []planning.Candidate {
 	out := make([]planning.Candidate, 0, len(blocks))
 	for _, b := range blocks {
 		switch b.State {
-		case records.BlockDeleted, records.BlockDiscarded, records.BlockRejected, records.BlockRetiring:
+		case records.BlockDeleted, records.BlockDiscarded, records.BlockRejected, records.BlockRetiring, records.BlockQuarantined:
 			continue
 		}
 		out = append(out, planning.Candidate{

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -60,11 +61,7 @@ func (u Uploader) Execute(ctx context.Context, op messages.BlockOp) error {
 	if op.Op == messages.OpDeleteStray {
 		return u.deleteStray(ctx, k, b, known, op, log)
 	}
-	want := map[messages.OpKind][]records.BlockState{
-		messages.OpPublish: {records.BlockLive},
-		messages.OpMark:    {records.BlockRetiring},
-		messages.OpDelete:  {records.BlockDeleted, records.BlockDiscarded},
-	}[op.Op]
+	want := OpStates[op.Op]
 	if !known || b.Gen != op.Gen || !hasState(b.State, want) {
 		log.WarnContext(ctx, "stale block op dropped", "recordGen", b.Gen, "recordState", b.State, "known", known)
 		return nil
@@ -77,9 +74,80 @@ func (u Uploader) Execute(ctx context.Context, op messages.BlockOp) error {
 		return u.publish(ctx, k, b, log)
 	case messages.OpMark:
 		return u.mark(ctx, k, b, log)
+	case messages.OpNoCompact:
+		return u.markNoCompact(ctx, k, b, log)
+	case messages.OpUnmarkNoCompact:
+		return u.unmarkNoCompact(ctx, k, b, log)
 	default:
 		return u.delete(ctx, k, b, log)
 	}
+}
+
+// markNoCompact writes no-compact-mark.json for a quarantined block, in
+// Thanos' format, with Sluice's reason in its details. A mark that is
+// already there (another tool's) is recorded as not ours and kept.
+func (u Uploader) markNoCompact(ctx context.Context, k blockkey.Key, b records.Block, log *slog.Logger) error {
+	if b.NoCompactMarkVersionID != "" {
+		return nil
+	}
+	id, err := ulid.ParseStrict(b.ID)
+	if err != nil {
+		return err
+	}
+	// The mark's time is the quarantine's, so a retry of this op writes the
+	// same bytes and recognises a mark its first try wrote as its own.
+	body, err := blockmeta.NewNoCompactMark(id, time.UnixMilli(b.UpdatedAt), "quarantined by Sluice: "+b.Reason).Marshal()
+	if err != nil {
+		return err
+	}
+	vid, ours, err := u.putOnce(ctx, k.Object(blockkey.NoCompactMarkFile), body)
+	if err != nil {
+		return err
+	}
+	if err := u.Store.RecordNoCompactMark(ctx, b.Tenant, b.ID, b.Gen, vid, ours, u.now()); err != nil {
+		if records.IsConditionLost(err) {
+			log.WarnContext(ctx, "block moved on while writing its no-compact mark", "lost", err)
+			return nil
+		}
+		return err
+	}
+	log.InfoContext(ctx, "no-compact mark written for a quarantined block", "version", vid, "ours", ours)
+	return nil
+}
+
+// unmarkNoCompact deletes the no-compact mark Sluice wrote for a block
+// `sluice retry` released, by the VersionId its record names, then
+// forgets it. Another tool's mark is only forgotten, never deleted.
+func (u Uploader) unmarkNoCompact(ctx context.Context, k blockkey.Key, b records.Block, log *slog.Logger) error {
+	if b.NoCompactMarkVersionID == "" {
+		return nil
+	}
+	if b.NoCompactMarkOurs {
+		if err := u.deleteVersion(ctx, k.Object(blockkey.NoCompactMarkFile), b.NoCompactMarkVersionID); err != nil {
+			return err
+		}
+	}
+	if err := u.Store.ForgetNoCompactMark(ctx, b.Tenant, b.ID, b.Gen, b.NoCompactMarkVersionID, u.now()); err != nil {
+		if records.IsConditionLost(err) {
+			log.WarnContext(ctx, "block moved on while removing its no-compact mark", "lost", err)
+			return nil
+		}
+		return err
+	}
+	log.InfoContext(ctx, "no-compact mark removed from a released block", "ours", b.NoCompactMarkOurs)
+	return nil
+}
+
+// OpStates are the block states in which each op acts (at its gen); in
+// any other it is stale and dropped. DELETE_STRAY names versions no record
+// names and is judged per version instead. Tests' oracles judge ops by
+// this table.
+var OpStates = map[messages.OpKind][]records.BlockState{
+	messages.OpPublish:         {records.BlockLive},
+	messages.OpMark:            {records.BlockRetiring},
+	messages.OpDelete:          {records.BlockDeleted, records.BlockDiscarded},
+	messages.OpNoCompact:       {records.BlockQuarantined},
+	messages.OpUnmarkNoCompact: {records.BlockLive},
 }
 
 func hasState(s records.BlockState, want []records.BlockState) bool {
@@ -95,9 +163,12 @@ func (u Uploader) publish(ctx context.Context, k blockkey.Key, b records.Block, 
 	if b.Published {
 		return nil
 	}
-	vid, err := u.putOnce(ctx, k.Object(blockkey.MetaFile), []byte(b.Meta), true)
+	vid, same, err := u.putOnce(ctx, k.Object(blockkey.MetaFile), []byte(b.Meta))
 	if err != nil {
 		return err
+	}
+	if !same {
+		return fmt.Errorf("publish %s: its meta.json key already holds different bytes (version %s); refusing to adopt it", b.Key(), vid)
 	}
 	if err := u.step(ctx, "uploader.meta-written", b.Key()); err != nil {
 		return err
@@ -128,7 +199,7 @@ func (u Uploader) mark(ctx context.Context, k blockkey.Key, b records.Block, log
 	if err != nil {
 		return err
 	}
-	vid, err := u.putOnce(ctx, k.Object(blockkey.DeletionMarkFile), body, false)
+	vid, _, err := u.putOnce(ctx, k.Object(blockkey.DeletionMarkFile), body)
 	if err != nil {
 		return err
 	}
@@ -147,28 +218,27 @@ func (u Uploader) mark(ctx context.Context, k blockkey.Key, b records.Block, log
 }
 
 // putOnce writes key with If-None-Match: an object never overwrites
-// another. When the key exists (an earlier attempt of this op), its version
-// is adopted — for meta.json only if it holds the same bytes.
-func (u Uploader) putOnce(ctx context.Context, key string, body []byte, sameBytes bool) (string, error) {
+// another. When the key exists (an earlier attempt of this op, or another
+// writer), its version is returned and same says whether it holds these
+// very bytes.
+func (u Uploader) putOnce(ctx context.Context, key string, body []byte) (vid string, same bool, err error) {
 	res, err := u.S3.PutObject(ctx, &s3.PutObjectInput{
 		Bucket: aws.String(u.Config.Bucket), Key: aws.String(key), Body: bytes.NewReader(body),
 		IfNoneMatch: aws.String("*"), ContentLength: aws.Int64(int64(len(body))),
 	})
 	if err == nil {
-		return aws.ToString(res.VersionId), nil
+		return aws.ToString(res.VersionId), true, nil
 	}
 	if !isPreconditionFailed(err) {
-		return "", fmt.Errorf("put %s: %w", key, err)
+		return "", false, fmt.Errorf("put %s: %w", key, err)
 	}
 	head, herr := u.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(u.Config.Bucket), Key: aws.String(key)})
 	if herr != nil {
-		return "", fmt.Errorf("put %s: exists, and head failed: %w", key, herr)
+		return "", false, fmt.Errorf("put %s: exists, and head failed: %w", key, herr)
 	}
 	sum := md5.Sum(body)
-	if sameBytes && strings.Trim(aws.ToString(head.ETag), `"`) != hex.EncodeToString(sum[:]) {
-		return "", fmt.Errorf("put %s: the key already holds different bytes (etag %s); refusing to adopt it", key, aws.ToString(head.ETag))
-	}
-	return aws.ToString(head.VersionId), nil
+	same = strings.Trim(aws.ToString(head.ETag), `"`) == hex.EncodeToString(sum[:])
+	return aws.ToString(head.VersionId), same, nil
 }
 
 func (u Uploader) delete(ctx context.Context, k blockkey.Key, b records.Block, log *slog.Logger) error {

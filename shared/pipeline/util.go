@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -62,4 +63,18 @@ func strayNonce(vs []messages.StrayVersion) string {
 		h.Write([]byte(v.RelPath + "\x00" + v.VersionID + "\x00"))
 	}
 	return fmt.Sprintf("s%016x", h.Sum64())
+}
+
+// sendStray sends DELETE_STRAY ops for the versions vs of one block, at
+// most messages.MaxStrayPerOp per op. The uploader never deletes a version
+// the block's record names, whatever an op says.
+func sendStray(ctx context.Context, send messages.Sender, tenant, block string, gen int64, vs []messages.StrayVersion) error {
+	for start := 0; start < len(vs); start += messages.MaxStrayPerOp {
+		part := vs[start:min(start+messages.MaxStrayPerOp, len(vs))]
+		if err := send.Op(ctx, messages.BlockOp{Op: messages.OpDeleteStray, Tenant: tenant, Block: block, Gen: gen,
+			Stray: part, Nonce: strayNonce(part)}); err != nil {
+			return err
+		}
+	}
+	return nil
 }

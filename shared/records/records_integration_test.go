@@ -61,7 +61,7 @@ func (w *world) planned(prev records.Group, srcs []records.Block, n int) records
 }
 
 func (w *world) leaseAndCommit(g records.Group, p int, owner string) error {
-	if _, err := w.store.Lease(w.ctx, "acme", g.Key, g.Version, p, owner, w.now, w.now.Add(time.Minute)); err != nil {
+	if _, err := w.store.Lease(w.ctx, "acme", g.Key, g.Version, p, owner, w.now, w.now.Add(time.Minute), 3); err != nil {
 		return err
 	}
 	out := records.Block{Tenant: "acme", ID: fmt.Sprintf("OUT-%d-%d", g.Version, p), State: records.BlockPending, Gen: 1,
@@ -145,7 +145,7 @@ func TestCompletionConflictsWithCommit(t *testing.T) {
 			if err := w.leaseAndCommit(g, 0, "w0"); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := w.store.Lease(w.ctx, "acme", g12, 1, 1, "w1", w.now, w.now.Add(time.Minute)); err != nil {
+			if _, err := w.store.Lease(w.ctx, "acme", g12, 1, 1, "w1", w.now, w.now.Add(time.Minute), 3); err != nil {
 				t.Fatal(err)
 			}
 			var commitErr, completeErr error
@@ -204,14 +204,14 @@ func TestStaleJobsAreFenced(t *testing.T) {
 	b := w.block("B1", records.BlockLive)
 	g := w.planned(records.Group{}, []records.Block{b}, 2)
 
-	if _, err := w.store.Lease(w.ctx, "acme", g12, 1, 0, "old", w.now, w.now.Add(time.Second)); err != nil {
+	if _, err := w.store.Lease(w.ctx, "acme", g12, 1, 0, "old", w.now, w.now.Add(time.Second), 3); err != nil {
 		t.Fatal(err)
 	}
 	later := w.now.Add(time.Minute)
-	if _, err := w.store.Lease(w.ctx, "acme", g12, 1, 0, "live", w.now, w.now.Add(time.Hour)); !records.IsConditionLost(err) {
+	if _, err := w.store.Lease(w.ctx, "acme", g12, 1, 0, "live", w.now, w.now.Add(time.Hour), 3); !records.IsConditionLost(err) {
 		t.Fatalf("lease over a live lease: %v, want lost", err)
 	}
-	attempt, err := w.store.Lease(w.ctx, "acme", g12, 1, 0, "new", later, later.Add(time.Minute))
+	attempt, err := w.store.Lease(w.ctx, "acme", g12, 1, 0, "new", later, later.Add(time.Minute), 3)
 	if err != nil || attempt != 2 {
 		t.Fatalf("takeover of an expired lease = attempt %d, %v; want 2", attempt, err)
 	}
@@ -225,7 +225,7 @@ func TestStaleJobsAreFenced(t *testing.T) {
 	if err := w.store.Commit(w.ctx, "acme", g12, 1, 0, "new", &out, nil, later); !records.IsConditionLost(err) {
 		t.Fatalf("commit into a superseded version: %v, want lost", err)
 	}
-	if _, err := w.store.Lease(w.ctx, "acme", g12, 1, 1, "late", later, later.Add(time.Minute)); !records.IsConditionLost(err) {
+	if _, err := w.store.Lease(w.ctx, "acme", g12, 1, 1, "late", later, later.Add(time.Minute), 3); !records.IsConditionLost(err) {
 		t.Fatalf("lease in a superseded version: %v, want lost", err)
 	}
 	if _, ok, _ := w.store.GetBlock(w.ctx, "acme", "OUT"); ok {
@@ -239,7 +239,7 @@ func TestStaleJobsAreFenced(t *testing.T) {
 	}
 	b, _, _ = w.store.GetBlock(w.ctx, "acme", "B1")
 	g2 := w.planned(g, []records.Block{b}, 1)
-	if _, err := w.store.Lease(w.ctx, "acme", g12, 1, 0, "v1-job", later, later.Add(time.Minute)); !records.IsConditionLost(err) {
+	if _, err := w.store.Lease(w.ctx, "acme", g12, 1, 0, "v1-job", later, later.Add(time.Minute), 3); !records.IsConditionLost(err) {
 		t.Fatalf("v1 job leasing after v2 exists: %v, want lost", err)
 	}
 	if err := w.leaseAndCommit(g2, 0, "v2-job"); err != nil {

@@ -36,6 +36,12 @@ const (
 	// BlockRejected: an upload that cannot be compacted (corrupt meta.json,
 	// missing files). It is never touched; `sluice status` shows the reason.
 	BlockRejected BlockState = "REJECTED"
+	// BlockQuarantined: a source that compaction failed on, again and
+	// again, for a reason that names it (corrupt index or chunks, files
+	// gone). It stays readable and is never a source again until `sluice
+	// retry` releases it; Sluice writes a no-compact-mark.json for it, as
+	// Thanos and Cortex do, so their tools leave it alone too.
+	BlockQuarantined BlockState = "QUARANTINED"
 )
 
 // ObjectVersion is one S3 object version that a record names.
@@ -76,11 +82,16 @@ type Block struct {
 	Meta          string `dynamodbav:"meta"`
 	MetaVersionID string `dynamodbav:"metaVid,omitempty"`
 	MarkVersionID string `dynamodbav:"markVid,omitempty"`
-	Published     bool   `dynamodbav:"published"`
-	NoCompact     bool   `dynamodbav:"noCompact,omitempty"`
-	Series        uint64 `dynamodbav:"series"`
-	Samples       uint64 `dynamodbav:"samples"`
-	IndexBytes    uint64 `dynamodbav:"indexBytes"`
+	// NoCompactMarkVersionID is the no-compact-mark.json version Sluice
+	// wrote for a QUARANTINED block (or found there: then
+	// NoCompactMarkOurs is false and a release leaves it alone).
+	NoCompactMarkVersionID string `dynamodbav:"ncVid,omitempty"`
+	NoCompactMarkOurs      bool   `dynamodbav:"ncOurs,omitempty"`
+	Published              bool   `dynamodbav:"published"`
+	NoCompact              bool   `dynamodbav:"noCompact,omitempty"`
+	Series                 uint64 `dynamodbav:"series"`
+	Samples                uint64 `dynamodbav:"samples"`
+	IndexBytes             uint64 `dynamodbav:"indexBytes"`
 	// PartitionCount/PartitionID come from the block's own partition_info
 	// (0 when unpartitioned); compaction skips sources that hold no series
 	// of its partition.
@@ -111,6 +122,9 @@ func (b Block) AllVersions() []ObjectVersion {
 	if b.MarkVersionID != "" {
 		out = append(out, ObjectVersion{RelPath: "deletion-mark.json", VersionID: b.MarkVersionID})
 	}
+	if b.NoCompactMarkVersionID != "" && b.NoCompactMarkOurs {
+		out = append(out, ObjectVersion{RelPath: "no-compact-mark.json", VersionID: b.NoCompactMarkVersionID})
+	}
 	return out
 }
 
@@ -134,6 +148,10 @@ const (
 	GroupComplete   GroupState = "COMPLETE"
 	GroupRetired    GroupState = "RETIRED"
 	GroupSuperseded GroupState = "SUPERSEDED"
+	// GroupQuarantined: the version's jobs failed MaxJobAttempts times for
+	// a reason that names no source block. Its sources stay claimed (and
+	// readable) and no new version is planned until `sluice retry`.
+	GroupQuarantined GroupState = "QUARANTINED"
 )
 
 // Unfinished reports whether a version in this state blocks a new version.
@@ -156,6 +174,43 @@ type Group struct {
 	// EverCompleted is set once any version completed: a late block then
 	// goes to this level (planning.Target).
 	EverCompleted bool `dynamodbav:"everCompleted,omitempty"`
+	// Failures counts the failed job attempts of this version — a job's
+	// own error, or a lease that expired under a job that died — and of
+	// the versions before it over the same sources. At MaxJobAttempts the
+	// cleaner quarantines the source the last failure blamed, or the
+	// group. The failure text and the blamed block are kept for status.
+	Failures       int         `dynamodbav:"failures,omitempty"`
+	LastError      string      `dynamodbav:"lastError,omitempty"`
+	LastErrorBlock string      `dynamodbav:"lastErrorBlock,omitempty"`
+	LastErrorKind  FailureKind `dynamodbav:"lastErrorKind,omitempty"`
+	// Reason says why a version was superseded or quarantined.
+	Reason string `dynamodbav:"reason,omitempty"`
+}
+
+// FailureKind classifies a failed job attempt.
+type FailureKind string
+
+// Failure kinds.
+const (
+	// FailureSource: a source block is to blame (LastErrorBlock).
+	FailureSource FailureKind = "source"
+	// FailureDeadline: the job ran out of its function's time.
+	FailureDeadline FailureKind = "deadline"
+	// FailureDied: the job's lease expired without a commit or a report.
+	FailureDied FailureKind = "died"
+	// FailureNotDeterministic: an attempt found its output keys holding
+	// other bytes; the version is superseded so the next one writes under
+	// new output ULIDs.
+	FailureNotDeterministic FailureKind = "not-deterministic"
+	// FailureOther: any other error of the job's own work.
+	FailureOther FailureKind = "error"
+)
+
+// Failure is one failed job attempt, as RecordFailure records it.
+type Failure struct {
+	Kind    FailureKind
+	Block   string // the blamed source's ULID, for FailureSource
+	Message string
 }
 
 // Ref names version v of the group: "<tenant>/<level>#<start>@v<v>", the
@@ -196,6 +251,10 @@ type Partition struct {
 	Output    string `dynamodbav:"output,omitempty"`
 	Empty     bool   `dynamodbav:"empty,omitempty"`
 	UpdatedAt int64  `dynamodbav:"updatedAt"`
+	// Failures and LastError count and tell this partition's failed
+	// attempts (the group head counts them for the version).
+	Failures  int    `dynamodbav:"failures,omitempty"`
+	LastError string `dynamodbav:"lastError,omitempty"`
 }
 
 // StreamRecord is what `sluice status` and the compact function know of a

@@ -49,7 +49,18 @@ func (w *World) CheckQuiescent(ctx context.Context, tenants ...string) error {
 	for _, tenant := range tenants {
 		blocks := w.Blocks(ctx, tenant)
 		live := Live(blocks)
-		errs = append(errs, w.checkSamples(ctx, tenant, live))
+		// Quarantined blocks, and the sources a quarantined group keeps
+		// claimed (at quiescence no other block is claimed), stay readable:
+		// I1 reads them too, but for those the test damaged on purpose
+		// (unreadable on both sides).
+		readable := append([]records.Block(nil), live...)
+		for _, b := range blocks {
+			if (b.State == records.BlockQuarantined || b.State == records.BlockClaimed) && !w.Damaged[tenant][b.ID] {
+				readable = append(readable, b)
+			}
+		}
+		errs = append(errs, w.checkSamples(ctx, tenant, readable))
+		errs = append(errs, w.checkQuarantine(ctx, tenant, blocks))
 		errs = append(errs, checkOverlap(tenant, live))
 		for _, b := range live {
 			errs = append(errs, w.checkPublished(ctx, b))
@@ -61,7 +72,7 @@ func (w *World) CheckQuiescent(ctx context.Context, tenants ...string) error {
 				continue
 			}
 			switch b.State {
-			case records.BlockLive:
+			case records.BlockLive, records.BlockQuarantined:
 				for _, v := range b.AllVersions() {
 					named[k.Object(v.RelPath)+"@"+v.VersionID] = true
 				}
@@ -81,6 +92,41 @@ func (w *World) key(b records.Block) (blockkey.Key, error) {
 		return blockkey.Key{}, fmt.Errorf("block %s: %w", b.Key(), err)
 	}
 	return w.Config.Layout.Block(b.Tenant, id)
+}
+
+// checkQuarantine: every block the test damaged is quarantined (with its
+// no-compact mark written), no other block is, and no group is unless the
+// test expects it.
+func (w *World) checkQuarantine(ctx context.Context, tenant string, blocks []records.Block) error {
+	var errs []error
+	seen := map[string]bool{}
+	for _, b := range blocks {
+		switch {
+		case b.State == records.BlockQuarantined && !w.Damaged[tenant][b.ID]:
+			errs = append(errs, fmt.Errorf("quarantine: %s is quarantined but was not damaged: %s", b.Key(), b.Reason))
+		case b.State == records.BlockQuarantined && b.NoCompactMarkVersionID == "":
+			errs = append(errs, fmt.Errorf("quarantine: %s is quarantined without a no-compact mark", b.Key()))
+		case b.State == records.BlockQuarantined:
+			seen[b.ID] = true
+		}
+	}
+	for id := range w.Damaged[tenant] {
+		if !seen[id] && !w.QuarantinedGroupsExpected {
+			errs = append(errs, fmt.Errorf("quarantine: damaged block %s/%s is not quarantined", tenant, id))
+		}
+	}
+	if !w.QuarantinedGroupsExpected {
+		groups, err := w.Store.TenantGroups(ctx, tenant)
+		if err != nil {
+			return err
+		}
+		for _, g := range groups {
+			if g.State == records.GroupQuarantined {
+				errs = append(errs, fmt.Errorf("quarantine: group %s is quarantined: %s", g.Ref(), g.Reason))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // checkSamples is I1.

@@ -216,11 +216,8 @@ func hasState(s records.BlockState, want []records.BlockState) bool {
 	return false
 }
 
-var opStates = map[messages.OpKind][]records.BlockState{
-	messages.OpPublish: {records.BlockLive},
-	messages.OpMark:    {records.BlockRetiring},
-	messages.OpDelete:  {records.BlockDeleted, records.BlockDiscarded},
-}
+// opStates is the protocol's table of where each op may act.
+var opStates = pipeline.OpStates
 
 // opEffect runs an S3 write or delete of a block op while no DynamoDB
 // write can land (the Monitor's write lock), and judges it: if it took
@@ -583,10 +580,11 @@ func (m *Monitor) judgePartition(r itemRef, u *types.Update, pre preimage, err e
 }
 
 var groupFrom = map[records.GroupState][]records.GroupState{
-	records.GroupPlanned:    {records.GroupClaiming},
-	records.GroupComplete:   {records.GroupPlanned},
-	records.GroupRetired:    {records.GroupComplete},
-	records.GroupSuperseded: {records.GroupClaiming, records.GroupPlanned},
+	records.GroupPlanned:     {records.GroupClaiming},
+	records.GroupComplete:    {records.GroupPlanned},
+	records.GroupRetired:     {records.GroupComplete},
+	records.GroupSuperseded:  {records.GroupClaiming, records.GroupPlanned, records.GroupQuarantined},
+	records.GroupQuarantined: {records.GroupPlanned},
 }
 
 func (m *Monitor) judgeHeadUpdate(r itemRef, u *types.Update, pre preimage) {
@@ -628,11 +626,12 @@ func (m *Monitor) judgeHeadPut(r itemRef, p *types.Put, pre preimage) {
 }
 
 var blockFrom = map[records.BlockState][]records.BlockState{
-	records.BlockClaimed:   {records.BlockLive},
-	records.BlockLive:      {records.BlockPending, records.BlockClaimed},
-	records.BlockRetiring:  {records.BlockClaimed},
-	records.BlockDeleted:   {records.BlockRetiring},
-	records.BlockDiscarded: {records.BlockPending},
+	records.BlockClaimed:     {records.BlockLive},
+	records.BlockLive:        {records.BlockPending, records.BlockClaimed, records.BlockQuarantined},
+	records.BlockQuarantined: {records.BlockClaimed},
+	records.BlockRetiring:    {records.BlockClaimed},
+	records.BlockDeleted:     {records.BlockRetiring},
+	records.BlockDiscarded:   {records.BlockPending},
 }
 
 func (m *Monitor) judgeBlockUpdate(r itemRef, u *types.Update, pre preimage) {
@@ -659,7 +658,7 @@ func (m *Monitor) judgeBlockUpdate(r itemRef, u *types.Update, pre preimage) {
 		switch {
 		case to == records.BlockClaimed:
 			allowed = allowed && b.Published && b.ClaimedBy == ""
-		case to == records.BlockLive && b.State == records.BlockClaimed, to == records.BlockRetiring:
+		case to == records.BlockLive && b.State == records.BlockClaimed, to == records.BlockRetiring, to == records.BlockQuarantined:
 			allowed = allowed && ref != "" && b.ClaimedBy == ref
 			what += fmt.Sprintf(" (claimed by %q, writer %q)", b.ClaimedBy, ref)
 		}

@@ -44,7 +44,14 @@ type World struct {
 	// Uploaded lists every block directory uploaded, per tenant: the
 	// inputs that I1 compares the live outputs with.
 	Uploaded map[string][]string
-	scratch  string
+	// Damaged lists, per tenant, the blocks a test corrupted on purpose
+	// (UploadDamaged): they are expected to be quarantined, and I1 leaves
+	// them out on both sides (their samples cannot be read).
+	Damaged map[string]map[string]bool
+	// QuarantinedGroupsExpected lets CheckQuiescent accept quarantined
+	// groups (a test of them); otherwise one is a violation.
+	QuarantinedGroupsExpected bool
+	scratch                   string
 }
 
 // Options tune a world.
@@ -98,7 +105,7 @@ func New(t testing.TB, o Options) *World {
 		t.Fatalf("testworld: %v", err)
 	}
 	return &World{T: t, Env: env, Pipeline: p, Config: p.Deps.Config, Store: p.Deps.Store,
-		Requests: requests, Uploaded: map[string][]string{}, scratch: t.TempDir()}
+		Requests: requests, Uploaded: map[string][]string{}, Damaged: map[string]map[string]bool{}, scratch: t.TempDir()}
 }
 
 // Generate writes synthetic blocks for a tenant into the world's scratch
@@ -121,6 +128,19 @@ func (w *World) Upload(ctx context.Context, tenant, dir string) {
 		w.T.Fatalf("testworld: %v", err)
 	}
 	w.Uploaded[tenant] = append(w.Uploaded[tenant], dir)
+}
+
+// UploadDamaged uploads a block directory the test corrupted: it is
+// expected to be quarantined, and is no input of I1.
+func (w *World) UploadDamaged(ctx context.Context, tenant, dir string) {
+	w.T.Helper()
+	if err := UploadBlock(ctx, w.Env.Clients.S3, w.Config.Bucket, w.Config.Layout, tenant, dir); err != nil {
+		w.T.Fatalf("testworld: %v", err)
+	}
+	if w.Damaged[tenant] == nil {
+		w.Damaged[tenant] = map[string]bool{}
+	}
+	w.Damaged[tenant][filepath.Base(dir)] = true
 }
 
 // UploadBlock uploads dir as block <tenant>/<ULID of dir>.
@@ -218,9 +238,13 @@ func (w *World) Quiescent(ctx context.Context, tenants ...string) (bool, error) 
 		if err != nil {
 			return false, err
 		}
+		quarantined := map[string]bool{}
 		for _, g := range groups {
 			if g.State.Unfinished() {
 				return false, nil
+			}
+			if g.State == records.GroupQuarantined {
+				quarantined[g.Ref()] = true
 			}
 		}
 		blocks, err := w.Store.TenantBlocks(ctx, tenant)
@@ -229,8 +253,11 @@ func (w *World) Quiescent(ctx context.Context, tenants ...string) (bool, error) 
 		}
 		for _, b := range blocks {
 			switch {
+			case b.State == records.BlockClaimed && quarantined[b.ClaimedBy]:
+				// A quarantined group's sources stay claimed.
 			case b.State == records.BlockLive && !b.Published,
-				b.State == records.BlockClaimed, b.State == records.BlockPending, b.State == records.BlockRetiring:
+				b.State == records.BlockClaimed, b.State == records.BlockPending, b.State == records.BlockRetiring,
+				b.State == records.BlockQuarantined && b.NoCompactMarkVersionID == "":
 				return false, nil
 			}
 		}

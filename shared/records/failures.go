@@ -1,0 +1,170 @@
+package records
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/sluice-dev/sluice/shared/planning"
+)
+
+// maxErrorText bounds a failure's text in a record (items are at most
+// 400 KB; an error can quote a whole series).
+const maxErrorText = 2000
+
+func clip(s string) string {
+	if len(s) > maxErrorText {
+		return s[:maxErrorText] + "…"
+	}
+	return s
+}
+
+// failureSet is the part of an update that records a failure on the head.
+func failureSet(f Failure, vals map[string]types.AttributeValue) (set, remove string) {
+	vals[":zero"], vals[":one"] = n(0), n(1)
+	vals[":err"], vals[":kind"] = s(clip(f.Message)), s(string(f.Kind))
+	set = "failures = if_not_exists(failures, :zero) + :one, lastError = :err, lastErrorKind = :kind"
+	if f.Block != "" {
+		vals[":eblock"] = s(f.Block)
+		set += ", lastErrorBlock = :eblock"
+	} else {
+		remove = " REMOVE lastErrorBlock"
+	}
+	return set, remove
+}
+
+// RecordFailure records a failed attempt of partition p of version v by
+// the lease holder owner, in one transaction fenced on the group (version
+// = v AND PLANNED) and on the lease (RUNNING, leaseOwner = owner): the
+// head's failures + 1 with the failure, and the partition back to PENDING
+// with its lease released (the next attempt need not wait for it to
+// expire) and its own failures + 1.
+func (st *Store) RecordFailure(ctx context.Context, tenant string, g planning.GroupKey, v int64, p int, owner string, f Failure, now time.Time) error {
+	headVals := map[string]types.AttributeValue{
+		":v": n(v), ":planned": s(string(GroupPlanned)), ":now": n(now.UnixMilli()),
+	}
+	set, remove := failureSet(f, headVals)
+	items := []types.TransactWriteItem{
+		{Update: &types.Update{
+			Key:                       key(tenantPK(tenant), groupSK(g)),
+			ConditionExpression:       aws.String("version = :v AND #st = :planned"),
+			UpdateExpression:          aws.String("SET " + set + ", updatedAt = :now" + remove),
+			ExpressionAttributeNames:  map[string]string{"#st": "state"},
+			ExpressionAttributeValues: headVals,
+		}},
+		{Update: &types.Update{
+			Key:                 key(tenantPK(tenant), partitionSK(g, v, p)),
+			ConditionExpression: aws.String("#st = :running AND leaseOwner = :owner"),
+			UpdateExpression: aws.String("SET #st = :pending, failures = if_not_exists(failures, :zero) + :one, " +
+				"lastError = :err, updatedAt = :now REMOVE leaseOwner, leaseUntil"),
+			ExpressionAttributeNames: map[string]string{"#st": "state"},
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":running": s(string(PartitionRunning)), ":pending": s(string(PartitionPending)), ":owner": s(owner),
+				":zero": n(0), ":one": n(1), ":err": s(clip(f.Message)), ":now": n(now.UnixMilli()),
+			},
+		}},
+	}
+	return st.transact(ctx, fmt.Sprintf("record failure of %s/p%d", VersionRef(tenant, g, v), p), items)
+}
+
+// QuarantineSource abandons version g.Version (PLANNED → SUPERSEDED, with
+// the reason) and quarantines its source b (CLAIMED by the version →
+// QUARANTINED, unclaimed, with the reason), in one transaction. It returns
+// the block's new gen, which the op writing its no-compact mark carries.
+// The version's other sources are released by the superseded version's
+// cleanup, and the group re-plans without b.
+func (st *Store) QuarantineSource(ctx context.Context, g Group, b Block, reason string, now time.Time) (int64, error) {
+	ref := g.Ref()
+	items := []types.TransactWriteItem{
+		{Update: groupUpdate(g, GroupPlanned, "SET #st = :to, reason = :reason, updatedAt = :now", map[string]types.AttributeValue{
+			":to": s(string(GroupSuperseded)), ":reason": s(clip(reason)), ":now": n(now.UnixMilli()),
+		})},
+		{Update: blockUpdate(b,
+			"#st = :claimed AND claimedBy = :ref AND #gen = :gen",
+			"SET #st = :quarantined, #gen = :next, reason = :reason, updatedAt = :now REMOVE claimedBy",
+			map[string]types.AttributeValue{
+				":claimed": s(string(BlockClaimed)), ":quarantined": s(string(BlockQuarantined)), ":ref": s(ref),
+				":gen": n(b.Gen), ":next": n(b.Gen + 1), ":reason": s(clip(reason)), ":now": n(now.UnixMilli()),
+			})},
+	}
+	return b.Gen + 1, st.transact(ctx, "quarantine "+b.Key()+" of "+ref, items)
+}
+
+// QuarantineGroup moves version g.Version PLANNED → QUARANTINED with the
+// reason: its sources stay claimed, and no new version is planned until
+// ReleaseGroup.
+func (st *Store) QuarantineGroup(ctx context.Context, g Group, reason string, now time.Time) error {
+	u := groupUpdate(g, GroupPlanned, "SET #st = :to, reason = :reason, updatedAt = :now", map[string]types.AttributeValue{
+		":to": s(string(GroupQuarantined)), ":reason": s(clip(reason)), ":now": n(now.UnixMilli()),
+	})
+	return st.transact(ctx, "quarantine "+g.Ref(), []types.TransactWriteItem{{Update: u}})
+}
+
+// ReleaseGroup is `sluice retry` of a quarantined group: QUARANTINED →
+// SUPERSEDED with its failures forgotten, so the superseded version's
+// cleanup releases the claims and the next version starts afresh.
+func (st *Store) ReleaseGroup(ctx context.Context, g Group, now time.Time) error {
+	u := groupUpdate(g, GroupQuarantined,
+		"SET #st = :to, reason = :reason, updatedAt = :now REMOVE failures, lastError, lastErrorBlock, lastErrorKind",
+		map[string]types.AttributeValue{
+			":to": s(string(GroupSuperseded)), ":reason": s("released by sluice retry"), ":now": n(now.UnixMilli()),
+		})
+	return st.transact(ctx, "release "+g.Ref(), []types.TransactWriteItem{{Update: u}})
+}
+
+// ReleaseBlock is `sluice retry` of a quarantined block: QUARANTINED at
+// b.Gen → LIVE at gen + 1, the reason forgotten, with the block as it is
+// in the bucket now (re-read: an operator may have re-uploaded fixed
+// files under the same ULID): its meta.json, files and their versions
+// (its time range and stream are the caller's to keep as they were: the
+// range memberships depend on them).
+// It returns the new gen, which the ops deleting Sluice's no-compact mark
+// and the versions the record no longer names carry.
+func (st *Store) ReleaseBlock(ctx context.Context, b Block, now time.Time) (int64, error) {
+	files, err := attributevalue.Marshal(b.Files)
+	if err != nil {
+		return 0, fmt.Errorf("release %s: %w", b.Key(), err)
+	}
+	err = st.updateBlock(ctx, "release "+b.Key(), blockUpdate(b,
+		"#st = :quarantined AND #gen = :gen",
+		"SET #st = :live, #gen = :next, files = :files, meta = :meta, metaVid = :mvid, "+
+			"series = :series, samples = :samples, indexBytes = :ib, updatedAt = :now REMOVE reason",
+		map[string]types.AttributeValue{
+			":quarantined": s(string(BlockQuarantined)), ":live": s(string(BlockLive)),
+			":gen": n(b.Gen), ":next": n(b.Gen + 1), ":now": n(now.UnixMilli()),
+			":files": files, ":meta": s(b.Meta), ":mvid": s(b.MetaVersionID),
+			":series": n(int64(b.Series)), ":samples": n(int64(b.Samples)), ":ib": n(int64(b.IndexBytes)),
+		}))
+	return b.Gen + 1, err
+}
+
+// RecordNoCompactMark records the no-compact-mark.json version the
+// uploader wrote (ours) or found (another tool's) for a QUARANTINED block
+// at gen.
+func (st *Store) RecordNoCompactMark(ctx context.Context, tenant, id string, gen int64, vid string, ours bool, now time.Time) error {
+	b := Block{Tenant: tenant, ID: id}
+	return st.updateBlock(ctx, "no-compact mark of "+b.Key(), blockUpdate(b,
+		"#st = :quarantined AND #gen = :gen",
+		"SET ncVid = :vid, ncOurs = :ours, updatedAt = :now",
+		map[string]types.AttributeValue{
+			":quarantined": s(string(BlockQuarantined)), ":gen": n(gen), ":vid": s(vid),
+			":ours": &types.AttributeValueMemberBOOL{Value: ours}, ":now": n(now.UnixMilli()),
+		}))
+}
+
+// ForgetNoCompactMark records that the uploader deleted Sluice's
+// no-compact mark of a released (LIVE) block at gen: the record no longer
+// names that version.
+func (st *Store) ForgetNoCompactMark(ctx context.Context, tenant, id string, gen int64, vid string, now time.Time) error {
+	b := Block{Tenant: tenant, ID: id}
+	return st.updateBlock(ctx, "forget no-compact mark of "+b.Key(), blockUpdate(b,
+		"#st = :live AND #gen = :gen AND ncVid = :vid",
+		"SET updatedAt = :now REMOVE ncVid, ncOurs",
+		map[string]types.AttributeValue{
+			":live": s(string(BlockLive)), ":gen": n(gen), ":vid": s(vid), ":now": n(now.UnixMilli()),
+		}))
+}
