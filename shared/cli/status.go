@@ -43,7 +43,10 @@ resolution); blocks of different streams are never compacted together.
 Block states: LIVE (readable, plannable), CLAIMED (a source of a running
 group version), RETIRING (compacted; deleted after the deletion delay),
 DELETED, PENDING (an output not yet live), DISCARDED (an output of a
-superseded version), REJECTED (never compacted; the reason is shown).`,
+superseded version), REJECTED (never compacted; the reason is shown),
+QUARANTINED (compaction failed on it again and again; readable, never a
+source until 'sluice retry' releases it). A group is QUARANTINED when its
+jobs kept failing for a reason that names no block.`,
 		setup: func(fs *flag.FlagSet) runFunc {
 			tenant := fs.String("tenant", "", "only this tenant")
 			asJSON := fs.Bool("json", false, "print JSON for scripts")
@@ -118,6 +121,16 @@ type TenantStatus struct {
 	Groups   []GroupStatus   `json:"groups"`
 	Leases   []LeaseStatus   `json:"leases"`
 	Rejected []RejectedBlock `json:"rejected"`
+	// Quarantined lists the blocks and groups Sluice gave up on after
+	// repeated failures, with the reason; 'sluice retry' releases them.
+	Quarantined []Quarantined `json:"quarantined"`
+}
+
+// Quarantined is a quarantined block (Block set) or group (Group set).
+type Quarantined struct {
+	Block  string `json:"block,omitempty"`
+	Group  string `json:"group,omitempty"`
+	Reason string `json:"reason"`
 }
 
 // StreamStatus is one stream of a tenant.
@@ -155,6 +168,10 @@ type GroupStatus struct {
 	Pending int   `json:"pending"`
 	Sources int   `json:"sources"`
 	Updated int64 `json:"updatedAt"`
+	// Failures counts the version's failed job attempts; LastError is the
+	// last one.
+	Failures  int    `json:"failures,omitempty"`
+	LastError string `json:"lastError,omitempty"`
 	// PartitionsRead is false when progress was not read (a finished
 	// group without --all).
 	PartitionsRead bool `json:"partitionsRead"`
@@ -236,7 +253,8 @@ func GatherStatus(ctx context.Context, st *records.Store, q SQSAPI, cfg config.C
 }
 
 func tenantStatus(ctx context.Context, st *records.Store, pol planning.Policy, tenant string, allGroups bool, now time.Time) (TenantStatus, error) {
-	ts := TenantStatus{Tenant: tenant, Blocks: []LevelCount{}, Streams: []StreamStatus{}, Groups: []GroupStatus{}, Leases: []LeaseStatus{}, Rejected: []RejectedBlock{}}
+	ts := TenantStatus{Tenant: tenant, Blocks: []LevelCount{}, Streams: []StreamStatus{}, Groups: []GroupStatus{}, Leases: []LeaseStatus{},
+		Rejected: []RejectedBlock{}, Quarantined: []Quarantined{}}
 	blocks, err := st.TenantBlocks(ctx, tenant)
 	if err != nil {
 		return ts, err
@@ -272,6 +290,8 @@ func tenantStatus(ctx context.Context, st *records.Store, pol planning.Policy, t
 			ts.LiveSamples += b.Samples
 		case records.BlockRejected:
 			ts.Rejected = append(ts.Rejected, RejectedBlock{Block: b.ID, Reason: b.Reason})
+		case records.BlockQuarantined:
+			ts.Quarantined = append(ts.Quarantined, Quarantined{Block: b.ID, Reason: b.Reason})
 		}
 	}
 	for l := range byLevel {
@@ -311,7 +331,11 @@ func tenantStatus(ctx context.Context, st *records.Store, pol planning.Policy, t
 	allGroups = allGroups || finished <= maxFinishedGroups
 	for _, g := range groups {
 		gs := GroupStatus{Group: g.Key.String(), Stream: streamName(g.Key.Stream), Level: g.Key.Level, RangeStart: g.Key.RangeStart,
-			Version: g.Version, State: string(g.State), Partitions: g.Partitions, Sources: len(g.Sources), Updated: g.UpdatedAt}
+			Version: g.Version, State: string(g.State), Partitions: g.Partitions, Sources: len(g.Sources), Updated: g.UpdatedAt,
+			Failures: g.Failures, LastError: g.LastError}
+		if g.State == records.GroupQuarantined {
+			ts.Quarantined = append(ts.Quarantined, Quarantined{Group: g.Key.String(), Reason: g.Reason})
+		}
 		if g.Key.Level >= 1 && g.Key.Level <= pol.TopLevel() {
 			gs.RangeEnd = pol.End(g.Key)
 		}

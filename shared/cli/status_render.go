@@ -133,6 +133,21 @@ func (t TenantStatus) render(w io.Writer, now time.Time, allGroups bool) {
 		}
 		tw.Flush()
 	}
+	for _, g := range t.Groups {
+		if records.GroupState(g.State).Unfinished() && g.Failures > 0 {
+			fmt.Fprintf(w, "  L%d %s v%d: %d failed attempt(s), last: %s\n", g.Level, groupRange(g), g.Version, g.Failures, short(g.LastError))
+		}
+	}
+	if len(t.Quarantined) > 0 {
+		fmt.Fprintf(w, "  quarantined (never compacted; fix, then 'sluice retry --tenant %s BLOCK|GROUP'):\n", t.Tenant)
+		for _, q := range t.Quarantined {
+			what := q.Block
+			if what == "" {
+				what = "group " + q.Group
+			}
+			fmt.Fprintf(w, "    %s: %s\n", what, short(q.Reason))
+		}
+	}
 	if len(t.Rejected) > 0 {
 		fmt.Fprintf(w, "  rejected (never compacted; fix and re-upload under a new ULID):\n")
 		for _, r := range t.Rejected {
@@ -222,4 +237,13 @@ func humanCount(n uint64) string {
 // quietLogger drops the store's debug logs: the CLI reports, it does not log.
 func quietLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// short folds s into one line of at most 300 characters.
+func short(s string) string {
+	s = oneLine(s)
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return s
 }

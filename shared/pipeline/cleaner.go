@@ -288,7 +288,7 @@ func (c Cleaner) supersede(ctx context.Context, head records.Group, from records
 	if err := c.step(ctx, "cleaner.before-supersede", head.Ref()); err != nil {
 		return err
 	}
-	if err := c.Store.SetGroupState(ctx, head, from, records.GroupSuperseded, c.now()); err != nil {
+	if err := c.Store.Supersede(ctx, head, from, why, c.now()); err != nil {
 		if records.IsConditionLost(err) {
 			return nil
 		}

@@ -101,9 +101,9 @@ func (c Compact) Run(ctx context.Context, job messages.Job) error {
 	}
 	work, stop := c.workContext(ctx)
 	out, err := c.compact(work, head, job.Partition, srcs, log)
+	f, counted := c.classify(ctx, work, err)
 	stop()
 	if err != nil {
-		f, counted := c.classify(ctx, work, err)
 		if !counted {
 			return fmt.Errorf("compact %s: %w", ref, err)
 		}
@@ -163,12 +163,15 @@ func (e jobError) Unwrap() error { return e.err }
 // source) from a transient failure to reach AWS (not counted: SQS
 // redelivers the job).
 func (c Compact) classify(ctx, work context.Context, err error) (records.Failure, bool) {
+	if err == nil {
+		return records.Failure{}, false
+	}
 	f := records.Failure{Message: err.Error()}
 	var je jobError
 	switch {
 	case ctx.Err() != nil:
 		return f, false // the function itself is stopping
-	case work.Err() != nil:
+	case errors.Is(work.Err(), context.DeadlineExceeded):
 		f.Kind = records.FailureDeadline
 		f.Message = fmt.Sprintf("ran out of time %v before the function's deadline: %v", c.Config.DeadlineMargin, err)
 	case errors.Is(err, blockstore.ErrNotDeterministic):

@@ -529,6 +529,9 @@ func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKe
 		next.Sources = append(next.Sources, c.ID)
 		srcs = append(srcs, byID[c.ID])
 	}
+	if head.Version > 0 {
+		next.History = head.NextHistory()
+	}
 	if head.State == records.GroupSuperseded && slices.Equal(head.Sources, next.Sources) {
 		// The same work again: its failures keep counting, so a version
 		// superseded over a source that always fails does not start over.
@@ -557,7 +560,7 @@ func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKe
 			return false, err
 		}
 		log.WarnContext(ctx, "a claim was lost; abandoning the version and re-planning", "lost", err)
-		if err := p.Store.SetGroupState(ctx, next, records.GroupClaiming, records.GroupSuperseded, p.now()); err != nil && !records.IsConditionLost(err) {
+		if err := p.Store.Supersede(ctx, next, records.GroupClaiming, "a claim was lost: "+err.Error(), p.now()); err != nil && !records.IsConditionLost(err) {
 			return false, err
 		}
 		next.State = records.GroupSuperseded

@@ -124,13 +124,22 @@ func groupUpdate(g Group, from GroupState, set string, vals map[string]types.Att
 
 // SetGroupState moves version g.Version from one state to another:
 // CLAIMING → PLANNED after every claim held, COMPLETE → RETIRED after the
-// outputs are published and the sources retiring, CLAIMING|PLANNED →
-// SUPERSEDED for an abandoned or stuck version.
+// outputs are published and the sources retiring. (Supersede abandons a
+// version with its reason.)
 func (st *Store) SetGroupState(ctx context.Context, g Group, from, to GroupState, now time.Time) error {
 	u := groupUpdate(g, from, "SET #st = :to, updatedAt = :now", map[string]types.AttributeValue{
 		":to": s(string(to)), ":now": n(now.UnixMilli()),
 	})
 	return st.transact(ctx, fmt.Sprintf("%s %s→%s", g.Ref(), from, to), []types.TransactWriteItem{{Update: u}})
+}
+
+// Supersede abandons version g.Version (CLAIMING|PLANNED → SUPERSEDED),
+// recording why.
+func (st *Store) Supersede(ctx context.Context, g Group, from GroupState, reason string, now time.Time) error {
+	u := groupUpdate(g, from, "SET #st = :to, reason = :reason, updatedAt = :now", map[string]types.AttributeValue{
+		":to": s(string(GroupSuperseded)), ":reason": s(clip(reason)), ":now": n(now.UnixMilli()),
+	})
+	return st.transact(ctx, fmt.Sprintf("%s %s→%s", g.Ref(), from, GroupSuperseded), []types.TransactWriteItem{{Update: u}})
 }
 
 // Complete completes version g.Version: the head PLANNED → COMPLETE and a

@@ -185,6 +185,38 @@ type Group struct {
 	LastErrorKind  FailureKind `dynamodbav:"lastErrorKind,omitempty"`
 	// Reason says why a version was superseded or quarantined.
 	Reason string `dynamodbav:"reason,omitempty"`
+	// History summarises the versions before this one (the newest
+	// MaxHistory), so status can tell why a group is at its version.
+	History []VersionSummary `dynamodbav:"history,omitempty"`
+}
+
+// MaxHistory bounds Group.History.
+const MaxHistory = 8
+
+// VersionSummary is how an earlier version of a group ended.
+type VersionSummary struct {
+	Version        int64       `dynamodbav:"v"`
+	State          GroupState  `dynamodbav:"state"`
+	Sources        int         `dynamodbav:"sources"`
+	Failures       int         `dynamodbav:"failures,omitempty"`
+	LastErrorKind  FailureKind `dynamodbav:"kind,omitempty"`
+	LastErrorBlock string      `dynamodbav:"block,omitempty"`
+	Reason         string      `dynamodbav:"reason,omitempty"`
+}
+
+// Summary is g as a history entry.
+func (g Group) Summary() VersionSummary {
+	return VersionSummary{Version: g.Version, State: g.State, Sources: len(g.Sources), Failures: g.Failures,
+		LastErrorKind: g.LastErrorKind, LastErrorBlock: g.LastErrorBlock, Reason: g.Reason}
+}
+
+// NextHistory is the history a version after g carries: g's, with g.
+func (g Group) NextHistory() []VersionSummary {
+	h := append(append([]VersionSummary(nil), g.History...), g.Summary())
+	if len(h) > MaxHistory {
+		h = h[len(h)-MaxHistory:]
+	}
+	return h
 }
 
 // FailureKind classifies a failed job attempt.

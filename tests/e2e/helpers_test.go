@@ -44,3 +44,19 @@ func byID(blocks []records.Block) map[string]records.Block {
 	}
 	return m
 }
+
+// settleUntil runs the pipeline until the tenants are quiescent and cond
+// holds (a range that closes only after its close delay is quiescent while
+// it waits).
+func settleUntil(t *testing.T, w *testworld.World, cond func(context.Context) (bool, error), tenants ...string) {
+	t.Helper()
+	err := w.Pipeline.Settle(context.Background(), 2*time.Second, settleTimeout, func(ctx context.Context) (bool, error) {
+		if ok, err := cond(ctx); err != nil || !ok {
+			return false, err
+		}
+		return w.Quiescent(ctx, tenants...)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -72,7 +72,7 @@ func (w *World) CheckQuiescent(ctx context.Context, tenants ...string) error {
 				continue
 			}
 			switch b.State {
-			case records.BlockLive, records.BlockQuarantined:
+			case records.BlockLive, records.BlockQuarantined, records.BlockClaimed:
 				for _, v := range b.AllVersions() {
 					named[k.Object(v.RelPath)+"@"+v.VersionID] = true
 				}

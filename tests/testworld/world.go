@@ -28,6 +28,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/blockgen"
 	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/config"
+	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/spec"
 )
@@ -263,4 +264,20 @@ func (w *World) Quiescent(ctx context.Context, tenants ...string) (bool, error) 
 		}
 	}
 	return true, nil
+}
+
+// HeadHistory is how each version of a group ended, as its head's history
+// tells it, and the current version as the head holds it.
+func (w *World) HeadHistory(tenant string, g planning.GroupKey) map[int64]records.Group {
+	w.T.Helper()
+	head, ok, err := w.Store.GetGroup(context.Background(), tenant, g)
+	if err != nil || !ok {
+		w.T.Fatalf("testworld: group %s/%s: %v (found %v)", tenant, g, err, ok)
+	}
+	out := map[int64]records.Group{head.Version: head}
+	for _, h := range head.History {
+		out[h.Version] = records.Group{Tenant: tenant, Key: g, Version: h.Version, State: h.State, Failures: h.Failures,
+			LastErrorKind: h.LastErrorKind, LastErrorBlock: h.LastErrorBlock, Reason: h.Reason}
+	}
+	return out
 }

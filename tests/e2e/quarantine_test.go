@@ -1,0 +1,309 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/sluice-dev/sluice/localstack/localrun"
+	"github.com/sluice-dev/sluice/localstack/runner"
+	"github.com/sluice-dev/sluice/shared/blockgen"
+	"github.com/sluice-dev/sluice/shared/blockkey"
+	"github.com/sluice-dev/sluice/shared/blockmeta"
+	"github.com/sluice-dev/sluice/shared/cli"
+	"github.com/sluice-dev/sluice/shared/compaction"
+	"github.com/sluice-dev/sluice/shared/config"
+	"github.com/sluice-dev/sluice/shared/messages"
+	"github.com/sluice-dev/sluice/shared/pipeline"
+	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/tests/testworld"
+)
+
+// TestCorruptSourceIsQuarantined: a 2h block whose index is damaged in the
+// middle (its table of contents intact, so registration accepts it) among
+// five healthy neighbours. Compaction fails on it; after
+// SLUICE_MAX_JOB_ATTEMPTS failed attempts it is quarantined — QUARANTINED
+// with the reason, a no-compact-mark.json in Thanos' format beside it —
+// and its neighbours are compacted without it. `sluice retry`, once the
+// block's files are re-uploaded repaired, releases it and it is compacted
+// into the range as well. (Before the quarantine, such a block made the
+// planner create version after version and the sweep re-send its jobs
+// forever, and its neighbours were never compacted.)
+func TestCorruptSourceIsQuarantined(t *testing.T) {
+	t.Parallel()
+	w := testworld.New(t, testworld.Options{Configure: func(c *config.Config) {
+		c.Policy.CloseDelay = 3 * time.Second
+		c.MaxJobAttempts = 3
+	}})
+	ctx := context.Background()
+	blocks := w.Generate(blockgen.Options{Tenant: "acme", Start: day(), Blocks: 6, Series: 40, Seed: 21, ThanosFiles: true})
+	bad := blocks[1]
+	badID := bad.Meta.ULID.String()
+	repaired := filepath.Join(t.TempDir(), badID)
+	copyDir(t, bad.Dir, repaired)
+	flipBytes(t, filepath.Join(bad.Dir, blockkey.IndexFile), 0.4, 64)
+	for _, b := range blocks {
+		if b.Dir == bad.Dir {
+			w.UploadDamaged(ctx, "acme", b.Dir)
+			continue
+		}
+		w.Upload(ctx, "acme", b.Dir)
+	}
+	// The range closes without the quarantined block: wait for that too.
+	settleUntil(t, w, func(ctx context.Context) (bool, error) {
+		b, _, err := w.Store.GetBlock(ctx, "acme", blocks[0].Meta.ULID.String())
+		return b.State == records.BlockDeleted, err
+	}, "acme")
+
+	all := byID(w.Blocks(ctx, "acme"))
+	q := all[badID]
+	if q.State != records.BlockQuarantined || !strings.Contains(q.Reason, badID) || !strings.Contains(q.Reason, "3 failed attempts") {
+		t.Fatalf("damaged block is %s (%q); want QUARANTINED naming it after 3 failed attempts", q.State, q.Reason)
+	}
+	for _, b := range blocks {
+		if b.Dir != bad.Dir && all[b.Meta.ULID.String()].State != records.BlockDeleted {
+			t.Errorf("healthy neighbour %s is %s, want compacted and DELETED", b.Meta.ULID, all[b.Meta.ULID.String()].State)
+		}
+	}
+	mark := readObject(t, w, "acme", badID, blockkey.NoCompactMarkFile)
+	nc, err := blockmeta.ParseNoCompactMark(mark, badID)
+	if err != nil || nc.ID.String() != badID || nc.Reason != blockmeta.ManualNoCompactReason || !strings.Contains(nc.Details, "quarantined by Sluice") {
+		t.Fatalf("no-compact-mark.json %s: %+v, %v", mark, nc, err)
+	}
+	g := planning.GroupKey{Stream: q.Stream, Level: 1, RangeStart: day().UnixMilli()}
+	versions := groupVersions(t, w, "acme", g)
+	if v1 := versions[1]; v1.Failures != 3 || v1.LastErrorBlock != badID || v1.State != records.GroupSuperseded {
+		t.Errorf("v1 = %s, %d failures blaming %q; want SUPERSEDED after 3 failures blaming %s", v1.State, v1.Failures, v1.LastErrorBlock, badID)
+	}
+	rep, err := cli.GatherStatus(ctx, w.Store, w.Env.Clients.SQS, w.Config, cli.StatusOptions{Tenant: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if qs := rep.Tenants[0].Quarantined; len(qs) != 1 || qs[0].Block != badID {
+		t.Errorf("status shows quarantined %+v, want the damaged block", qs)
+	}
+	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+
+	// The operator re-uploads the repaired files under the same ULID, then
+	// retries: the block is read again and compacted into its range.
+	w.Upload(ctx, "acme", repaired)
+	delete(w.Damaged["acme"], badID)
+	if _, err := cli.Retry(ctx, w.Store, w.Pipeline.Deps.Send, messages.RetryRequest{Tenant: "acme", Block: badID, Nonce: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, w, "acme")
+	if b := byID(w.Blocks(ctx, "acme"))[badID]; b.State != records.BlockDeleted {
+		t.Errorf("retried block is %s (%s), want compacted and DELETED", b.State, b.Reason)
+	}
+	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestJobPastItsDeadlineIsQuarantinedGroup: compaction jobs whose function
+// deadline is closer than SLUICE_DEADLINE_MARGIN stop without committing
+// and record a failed attempt each; after three the group — no block is
+// to blame — is quarantined: its sources stay claimed and readable, its
+// jobs are not sent again. `sluice retry` (with jobs that have time again)
+// releases it and it completes.
+func TestJobPastItsDeadlineIsQuarantinedGroup(t *testing.T) {
+	t.Parallel()
+	var short atomic.Bool
+	short.Store(true)
+	var jobs atomic.Int32
+	w := testworld.New(t, testworld.Options{
+		Configure: func(c *config.Config) { c.DeadlineMargin = time.Minute },
+		Pipeline: localrun.Options{Wrap: func(name string, h runner.Handler) runner.Handler {
+			if name != "compact" {
+				return h
+			}
+			return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+				jobs.Add(int32(len(ev.Records)))
+				if short.Load() {
+					// A function with 30 s left: less than the margin.
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+					defer cancel()
+				}
+				return h(ctx, ev)
+			}
+		}},
+	})
+	w.QuarantinedGroupsExpected = true
+	ctx := context.Background()
+	for _, b := range w.Generate(blockgen.Options{Tenant: "acme", Start: day(), Blocks: 6, Series: 30, Seed: 22, ThanosFiles: true}) {
+		w.Upload(ctx, "acme", b.Dir)
+	}
+	settle(t, w, "acme")
+
+	groups, err := w.Store.TenantGroups(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var q records.Group
+	for _, g := range groups {
+		if g.Key.Level == 1 {
+			q = g
+		}
+	}
+	if q.State != records.GroupQuarantined || q.Failures != 3 || q.LastErrorKind != records.FailureDeadline || !strings.Contains(q.Reason, "ran out of time") {
+		t.Fatalf("group %s is %s with %d failures (%s): %q; want QUARANTINED after 3 deadline failures", q.Ref(), q.State, q.Failures, q.LastErrorKind, q.Reason)
+	}
+	if n := jobs.Load(); n != 3 {
+		t.Errorf("%d job deliveries, want exactly 3 (one per attempt, none after the quarantine)", n)
+	}
+	for _, b := range w.Blocks(ctx, "acme") {
+		if b.State != records.BlockClaimed || b.ClaimedBy != q.Ref() {
+			t.Errorf("block %s is %s claimed by %q; want every source kept CLAIMED by %s", b.ID, b.State, b.ClaimedBy, q.Ref())
+		}
+	}
+	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+
+	short.Store(false)
+	w.QuarantinedGroupsExpected = false
+	if _, err := cli.Retry(ctx, w.Store, w.Pipeline.Deps.Send, messages.RetryRequest{Tenant: "acme", Group: q.Key.String(), Nonce: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, w, "acme")
+	head, _, err := w.Store.GetGroup(ctx, "acme", q.Key)
+	if err != nil || head.State != records.GroupRetired || head.Version != q.Version+1 || head.Failures != 0 {
+		t.Fatalf("after retry: %s v%d with %d failures (%v); want v%d RETIRED afresh", head.State, head.Version, head.Failures, err, q.Version+1)
+	}
+	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNotDeterministicSupersedes: an attempt that finds its output key
+// already holding other bytes (two attempts of one job wrote different
+// bytes) fails; the version is superseded so the next one writes under new
+// output ULIDs, and the stray object is swept.
+func TestNotDeterministicSupersedes(t *testing.T) {
+	t.Parallel()
+	var planted atomic.Bool
+	var w *testworld.World
+	w = testworld.New(t, testworld.Options{Pipeline: localrun.Options{Hook: func(ctx context.Context, step pipeline.Step, subject string) error {
+		if step != "compact.after-read" || !strings.HasSuffix(subject, "@v1/p0") || planted.Swap(true) {
+			return nil
+		}
+		// Another attempt's bytes under this attempt's output index key.
+		tenant, rest, _ := strings.Cut(subject, "/")
+		gs, _, _ := strings.Cut(rest, "@")
+		g, err := planning.ParseGroupKey(gs)
+		if err != nil {
+			return err
+		}
+		head, _, err := w.Store.GetGroup(ctx, tenant, g)
+		if err != nil {
+			return err
+		}
+		out := compaction.OutputULID(time.UnixMilli(head.CreatedAt), tenant, g.String(), 1, 0)
+		_, err = w.Env.Clients.S3.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(w.Config.Bucket),
+			Key: aws.String(objectKey(t, w, tenant, out.String(), blockkey.IndexFile)), Body: strings.NewReader("other bytes")})
+		return err
+	}}})
+	ctx := context.Background()
+	for _, b := range w.Generate(blockgen.Options{Tenant: "acme", Start: day(), Blocks: 6, Series: 30, Seed: 23, ThanosFiles: true}) {
+		w.Upload(ctx, "acme", b.Dir)
+	}
+	settle(t, w, "acme")
+	if !planted.Load() {
+		t.Fatal("the test never planted its object: no job of v1/p0 ran")
+	}
+	g := planning.GroupKey{Stream: byID(w.Blocks(ctx, "acme"))[testworld.Live(w.Blocks(ctx, "acme"))[0].ID].Stream, Level: 1, RangeStart: day().UnixMilli()}
+	versions := groupVersions(t, w, "acme", g)
+	if v1 := versions[1]; v1.State != records.GroupSuperseded || v1.LastErrorKind != records.FailureNotDeterministic {
+		t.Errorf("v1 is %s after a %q failure; want SUPERSEDED for not-deterministic", v1.State, v1.LastErrorKind)
+	}
+	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// groupVersions is how each version of a group ended.
+func groupVersions(t *testing.T, w *testworld.World, tenant string, g planning.GroupKey) map[int64]records.Group {
+	t.Helper()
+	return w.HeadHistory(tenant, g)
+}
+
+func copyDir(t *testing.T, from, to string) {
+	t.Helper()
+	err := filepath.Walk(from, func(path string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(from, path)
+		dst := filepath.Join(to, rel)
+		if info.IsDir() {
+			return os.MkdirAll(dst, 0o755)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(dst, b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// flipBytes inverts n bytes of a file starting at the fraction at of its
+// length.
+func flipBytes(t *testing.T, path string, at float64, n int) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := int(float64(len(b)) * at)
+	for i := start; i < start+n && i < len(b); i++ {
+		b[i] ^= 0xff
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func objectKey(t *testing.T, w *testworld.World, tenant, id, rel string) string {
+	t.Helper()
+	u, err := ulid.ParseStrict(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := w.Config.Layout.Block(tenant, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k.Object(rel)
+}
+
+func readObject(t *testing.T, w *testworld.World, tenant, id, rel string) []byte {
+	t.Helper()
+	res, err := w.Env.Clients.S3.GetObject(context.Background(), &s3.GetObjectInput{Bucket: aws.String(w.Config.Bucket),
+		Key: aws.String(objectKey(t, w, tenant, id, rel))})
+	if err != nil {
+		t.Fatalf("read %s of %s/%s: %v", rel, tenant, id, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
