@@ -13,11 +13,13 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/sluice-dev/sluice/localstack/awslimits"
 	"github.com/sluice-dev/sluice/localstack/provision"
 	"github.com/sluice-dev/sluice/localstack/runner"
 	"github.com/sluice-dev/sluice/shared/awsenv"
 	"github.com/sluice-dev/sluice/shared/config"
 	"github.com/sluice-dev/sluice/shared/pipeline"
+	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/spec"
 )
 
@@ -50,7 +52,11 @@ type Options struct {
 type Pipeline struct {
 	Deps   *pipeline.Deps
 	Runner *runner.Runner
-	opts   Options
+	// Refused counts the requests refused for breaking an AWS limit the
+	// emulator does not enforce (awslimits): the handlers' DynamoDB writes
+	// and SQS sends go through its checks, as they would meet AWS's.
+	Refused *awslimits.Refusals
+	opts    Options
 }
 
 // Config loads a configuration for deployment d, as the functions would
@@ -79,6 +85,9 @@ func New(clients *awsenv.Clients, d provision.Deployment, opts Options) (*Pipeli
 		opts.Configure(&cfg)
 	}
 	deps := pipeline.NewDeps(cfg, clients, opts.Logger, opts.Owner)
+	refused := &awslimits.Refusals{}
+	deps.Store = records.NewStore(awslimits.DynamoDB{DynamoDBAPI: clients.DynamoDB, Refused: refused}, cfg.Table, opts.Logger)
+	deps.Send.SQS = awslimits.SQS{SQSSender: clients.SQS, Refused: refused}
 	deps.Hook, deps.Now = opts.Hook, opts.Now
 	if opts.S3 != nil {
 		deps.S3 = opts.S3
@@ -104,7 +113,7 @@ func New(clients *awsenv.Clients, d provision.Deployment, opts Options) (*Pipeli
 	r := runner.New(clients.SQS, opts.Logger, sources...)
 	cleaner := pipeline.Cleaner{Deps: deps}
 	r.Every("sweep", opts.SweepInterval, cleaner.Sweep)
-	return &Pipeline{Deps: deps, Runner: r, opts: opts}, nil
+	return &Pipeline{Deps: deps, Runner: r, Refused: refused, opts: opts}, nil
 }
 
 // Sweep runs the cleaner's sweep once, now.

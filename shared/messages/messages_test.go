@@ -2,6 +2,7 @@ package messages
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -97,4 +98,33 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-encoded %q does not decode: %v", again, err)
 		}
 	})
+}
+
+// TestGroupIDsFitSQS: a FIFO group id is at most 128 characters, one key
+// always maps to the same id and two keys to two.
+func TestGroupIDsFitSQS(t *testing.T) {
+	long := strings.Repeat("t", 150)
+	a, b := groupID(long+"/01JAAAAAAAAAAAAAAAAAAAAAAA"), groupID(long+"/01JAAAAAAAAAAAAAAAAAAAAAAB")
+	if len(a) > MaxGroupIDLength || len(b) > MaxGroupIDLength || a == b || a != groupID(long+"/01JAAAAAAAAAAAAAAAAAAAAAAA") {
+		t.Fatalf("group ids %q (%d) and %q (%d)", a, len(a), b, len(b))
+	}
+	if short := "acme/01JAAAAAAAAAAAAAAAAAAAAAAA"; groupID(short) != short {
+		t.Fatalf("a key that fits was changed: %q", groupID(short))
+	}
+}
+
+// TestStrayOpFitsSQS: a DELETE_STRAY op with MaxStrayPerOp versions of a
+// 150-character tenant's block stays far below SQS's 256 KiB.
+func TestStrayOpFitsSQS(t *testing.T) {
+	op := BlockOp{Op: OpDeleteStray, Tenant: strings.Repeat("t", 150), Block: "01JAAAAAAAAAAAAAAAAAAAAAAA", Gen: 1, Nonce: "s0123456789abcdef"}
+	for i := range MaxStrayPerOp {
+		op.Stray = append(op.Stray, StrayVersion{RelPath: fmt.Sprintf("chunks/%06d", i), VersionID: strings.Repeat("v", 64)})
+	}
+	body, err := Encode(op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(body) > MaxBodyBytes/2 {
+		t.Fatalf("an op of %d strays is %d bytes; SQS takes %d", MaxStrayPerOp, len(body), MaxBodyBytes)
+	}
 }

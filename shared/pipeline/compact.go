@@ -322,6 +322,9 @@ func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []
 	if err != nil {
 		return nil, err
 	}
+	if err := records.CheckMetaSize(metaBody); err != nil {
+		return nil, jobError{fmt.Errorf("output %s: meta.json of %w", k.BlockKey(), err)}
+	}
 	out := &records.Block{
 		Tenant: head.Tenant, ID: outID.String(), Stream: head.Key.Stream, MinT: res.Meta.MinTime, MaxT: res.Meta.MaxTime, Level: head.Key.Level,
 		State: records.BlockPending, Gen: 1, ProducedBy: fmt.Sprintf("%s/p%d", head.Ref(), p),

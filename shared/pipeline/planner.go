@@ -153,6 +153,9 @@ func (p Planner) register(ctx context.Context, k blockkey.Key, body []byte, vid 
 	}
 	if reason != "" {
 		b.State, b.Reason = records.BlockRejected, reason
+		if len(b.Meta) > records.InlineMetaBytes {
+			b.Meta = "" // never read again; the reason tells what was wrong
+		}
 		log.ErrorContext(ctx, "block rejected: it will not be compacted", "key", k.Object(blockkey.MetaFile), "reason", reason)
 		return b, p.Store.RegisterBlock(ctx, b, nil, nil)
 	}
@@ -182,6 +185,9 @@ func (p Planner) readBlock(ctx context.Context, k blockkey.Key, body []byte, vid
 	meta, err := blockmeta.Parse(body, k.Object(blockkey.MetaFile))
 	if err != nil {
 		return b, st, err.Error(), nil
+	}
+	if err := records.CheckMetaSize(body); err != nil {
+		return b, st, fmt.Sprintf("meta.json of %s: %v", k.BlockKey(), err), nil
 	}
 	if meta.ULID != k.Block {
 		return b, st, fmt.Sprintf("meta.json names block %s but lives under %s", meta.ULID, k.Block), nil

@@ -23,6 +23,10 @@ const maxTransactItems = 100
 // tenant. A block that is already registered loses the condition and comes
 // back as *ConditionLostError with the existing record.
 func (st *Store) RegisterBlock(ctx context.Context, b Block, ranges []planning.GroupKey, sr *StreamRecord) error {
+	b, parts, err := splitMeta(b)
+	if err != nil {
+		return err
+	}
 	item, err := marshalItem(b, tenantPK(b.Tenant), blockSK(b.ID))
 	if err != nil {
 		return err
@@ -31,6 +35,7 @@ func (st *Store) RegisterBlock(ctx context.Context, b Block, ranges []planning.G
 		Item:                item,
 		ConditionExpression: aws.String("attribute_not_exists(PK)"),
 	}}}
+	items = append(items, parts...)
 	for _, g := range ranges {
 		items = append(items, memberPut(b, g))
 	}
@@ -59,6 +64,9 @@ func memberPut(b Block, g planning.GroupKey) types.TransactWriteItem {
 // GetBlock reads one block; ok is false when it is not registered.
 func (st *Store) GetBlock(ctx context.Context, tenant, id string) (b Block, ok bool, err error) {
 	ok, err = st.get(ctx, tenantPK(tenant), blockSK(id), &b)
+	if err == nil && ok {
+		err = st.loadMeta(ctx, &b)
+	}
 	return b, ok, err
 }
 
@@ -87,6 +95,9 @@ func (st *Store) GetBlocks(ctx context.Context, tenant string, ids []string) ([]
 				var b Block
 				if err := attributevalue.UnmarshalMap(it, &b); err != nil {
 					return nil, fmt.Errorf("decode block of %s: %w", tenant, err)
+				}
+				if err := st.loadMeta(ctx, &b); err != nil {
+					return nil, err
 				}
 				out = append(out, b)
 			}
@@ -138,6 +149,9 @@ func (st *Store) TenantBlocks(ctx context.Context, tenant string) ([]Block, erro
 		var b Block
 		if err := attributevalue.UnmarshalMap(it, &b); err != nil {
 			return nil, fmt.Errorf("decode block of %s: %w", tenant, err)
+		}
+		if err := st.loadMeta(ctx, &b); err != nil {
+			return nil, err
 		}
 		out = append(out, b)
 	}

@@ -129,17 +129,21 @@ func (st *Store) ReleaseBlock(ctx context.Context, b Block, now time.Time) (int6
 	if err != nil {
 		return 0, fmt.Errorf("release %s: %w", b.Key(), err)
 	}
-	err = st.updateBlock(ctx, "release "+b.Key(), blockUpdate(b,
+	b, parts, err := splitMeta(b)
+	if err != nil {
+		return 0, err
+	}
+	items := []types.TransactWriteItem{{Update: blockUpdate(b,
 		"#st = :quarantined AND #gen = :gen",
-		"SET #st = :live, #gen = :next, files = :files, meta = :meta, metaVid = :mvid, "+
+		"SET #st = :live, #gen = :next, files = :files, meta = :meta, metaParts = :parts, metaVid = :mvid, "+
 			"series = :series, samples = :samples, indexBytes = :ib, updatedAt = :now REMOVE reason",
 		map[string]types.AttributeValue{
 			":quarantined": s(string(BlockQuarantined)), ":live": s(string(BlockLive)),
 			":gen": n(b.Gen), ":next": n(b.Gen + 1), ":now": n(now.UnixMilli()),
-			":files": files, ":meta": s(b.Meta), ":mvid": s(b.MetaVersionID),
+			":files": files, ":meta": s(b.Meta), ":parts": n(int64(b.MetaParts)), ":mvid": s(b.MetaVersionID),
 			":series": n(int64(b.Series)), ":samples": n(int64(b.Samples)), ":ib": n(int64(b.IndexBytes)),
-		}))
-	return b.Gen + 1, err
+		})}}
+	return b.Gen + 1, st.transact(ctx, "release "+b.Key(), append(items, parts...))
 }
 
 // RecordNoCompactMark records the no-compact-mark.json version the

@@ -173,13 +173,18 @@ func (st *Store) Commit(ctx context.Context, tenant string, g planning.GroupKey,
 		}},
 	}
 	if output != nil {
-		item, err := marshalItem(output, tenantPK(tenant), blockSK(output.ID))
+		out, parts, err := splitMeta(*output)
+		if err != nil {
+			return err
+		}
+		item, err := marshalItem(out, tenantPK(tenant), blockSK(output.ID))
 		if err != nil {
 			return err
 		}
 		items = append(items, types.TransactWriteItem{Put: &types.Put{
 			Item: item, ConditionExpression: aws.String("attribute_not_exists(PK)"),
 		}})
+		items = append(items, parts...)
 		for _, r := range ranges {
 			items = append(items, memberPut(*output, r))
 		}

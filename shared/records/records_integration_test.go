@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/localstack/awslimits"
 	"github.com/sluice-dev/sluice/localstack/envtest"
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/records"
@@ -23,8 +24,15 @@ type world struct {
 
 func newWorld(t *testing.T) *world {
 	env := envtest.New(t)
+	// AWS's limits, which the emulator does not enforce, on every write.
+	db := awslimits.DynamoDB{DynamoDBAPI: env.Clients.DynamoDB, Refused: &awslimits.Refusals{}}
+	t.Cleanup(func() {
+		if n := db.Refused.N(); n > 0 {
+			t.Errorf("the store made %d write(s) AWS would refuse", n)
+		}
+	})
 	return &world{t: t, ctx: context.Background(), now: time.UnixMilli(1_700_000_000_000),
-		store: records.NewStore(env.Clients.DynamoDB, env.Deployment.Table, env.Logger)}
+		store: records.NewStore(db, env.Deployment.Table, env.Logger)}
 }
 
 var g12 = planning.GroupKey{Stream: stream.Stream{}.ID(), Level: 1, RangeStart: 0}

@@ -182,6 +182,9 @@ func transactKey(it types.TransactWriteItem) map[string]types.AttributeValue {
 // jittered backoff; a failed condition is returned at once as
 // *ConditionLostError.
 func (st *Store) transact(ctx context.Context, op string, items []types.TransactWriteItem) error {
+	if len(items) > maxTransactItems {
+		return fmt.Errorf("%s: %d items, more than a DynamoDB transaction takes (%d)", op, len(items), maxTransactItems)
+	}
 	for i := range items {
 		setTable(&items[i], st.table)
 	}

@@ -79,7 +79,11 @@ type Block struct {
 	Superseded []ObjectVersion `dynamodbav:"superseded,omitempty"`
 	// Meta is the meta.json body: read at registration for uploads, the
 	// body the uploader publishes for outputs.
-	Meta          string `dynamodbav:"meta"`
+	Meta string `dynamodbav:"meta"`
+	// MetaParts is how many part items hold Meta, compressed, when it is
+	// too large for the block item (0: Meta is in the item); the store
+	// fills Meta from them on every read.
+	MetaParts     int    `dynamodbav:"metaParts,omitempty"`
 	MetaVersionID string `dynamodbav:"metaVid,omitempty"`
 	MarkVersionID string `dynamodbav:"markVid,omitempty"`
 	// NoCompactMarkVersionID is the no-compact-mark.json version Sluice

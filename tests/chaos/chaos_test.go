@@ -34,6 +34,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 
+	"github.com/sluice-dev/sluice/localstack/awslimits"
 	"github.com/sluice-dev/sluice/localstack/envtest"
 	"github.com/sluice-dev/sluice/localstack/localrun"
 	"github.com/sluice-dev/sluice/shared/config"
@@ -202,13 +203,16 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 	notes := &notifier{bucket: w.Config.Bucket, queue: w.Config.Queues.BlockEvents, send: b, plan: p,
 		rng: rand.New(rand.NewPCG(uint64(seed), 0xe7e))}
 	d := w.Pipeline.Deps
-	d.Store = records.NewStore(&faultDB{DynamoDB: mon.DynamoDB(w.Env.Clients.DynamoDB), p: p}, w.Config.Table, d.Logger)
+	// AWS's limits first (the emulator enforces none), then the Monitor,
+	// then the faults.
+	limited := awslimits.DynamoDB{DynamoDBAPI: w.Env.Clients.DynamoDB, Refused: w.Pipeline.Refused}
+	d.Store = records.NewStore(&faultDB{DynamoDB: mon.DynamoDB(limited), p: p}, w.Config.Table, d.Logger)
 	d.S3 = &faultS3{S3: mon.S3(&notifyS3{S3: d.S3, notify: func(ctx context.Context, key, vid string) {
 		if err := notes.created(ctx, key, vid); err != nil {
 			t.Errorf("notify %s: %v", key, err)
 		}
 	}}), p: p}
-	d.Send = messages.Sender{SQS: &faultSQS{SQS: b, p: p}, Queues: w.Config.Queues}
+	d.Send = messages.Sender{SQS: awslimits.SQS{SQSSender: &faultSQS{SQS: b, p: p}, Refused: w.Pipeline.Refused}, Queues: w.Config.Queues}
 	d.Hook = testworld.ChainHooks(sched.hook, mon.Hook)
 	sched.deps = d
 	for _, q := range w.Env.Deployment.Resources.Queues {

@@ -36,6 +36,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/tsdb/index"
 
+	"github.com/sluice-dev/sluice/localstack/awslimits"
 	"github.com/sluice-dev/sluice/localstack/envtest"
 	"github.com/sluice-dev/sluice/localstack/localrun"
 	"github.com/sluice-dev/sluice/shared/awsenv"
@@ -110,7 +111,7 @@ func newReplay(t *testing.T, seedFile, tenant string, configure func(*config.Con
 	mon := testworld.NewMonitor(w)
 	mon.Install(w)
 	mb := testworld.NewMailbox(w.Config.Queues)
-	w.Pipeline.Deps.Send = messages.Sender{SQS: mb, Queues: w.Config.Queues}
+	w.Pipeline.Deps.Send = messages.Sender{SQS: awslimits.SQS{SQSSender: mb, Refused: w.Pipeline.Refused}, Queues: w.Config.Queues}
 	r := &replay{t: t, ctx: context.Background(), w: w, clock: clock, mon: mon, mb: mb, tenant: tenant}
 	r.main = r.actor("main", nil)
 	t.Cleanup(func() {

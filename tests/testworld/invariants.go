@@ -83,6 +83,9 @@ func (w *World) CheckQuiescent(ctx context.Context, tenants ...string) error {
 		}
 	}
 	errs = append(errs, w.checkObjects(ctx, named))
+	if n := w.Pipeline.Refused.N(); n > 0 {
+		errs = append(errs, fmt.Errorf("AWS limits: the pipeline made %d request(s) AWS would refuse (see the log: %q)", n, "AWS limit exceeded"))
+	}
 	return errors.Join(errs...)
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/sluice-dev/sluice/localstack/awslimits"
 	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/blockmeta"
 	"github.com/sluice-dev/sluice/shared/messages"
@@ -83,7 +84,7 @@ func NewMonitor(w *World) *Monitor {
 // pipeline's own.
 func (m *Monitor) Install(w *World) {
 	d := w.Pipeline.Deps
-	d.Store = records.NewStore(m.DynamoDB(m.raw), m.table, d.Logger)
+	d.Store = records.NewStore(m.DynamoDB(awslimits.DynamoDB{DynamoDBAPI: m.raw, Refused: w.Pipeline.Refused}), m.table, d.Logger)
 	d.S3 = m.S3(d.S3)
 	d.Hook = ChainHooks(d.Hook, m.Hook)
 }
