@@ -1,7 +1,10 @@
 package stack
 
 import (
+	"strings"
+
 	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awss3"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awss3notifications"
 	"github.com/aws/jsii-runtime-go"
@@ -53,4 +56,48 @@ func (s *Sluice) notifyBlockEvents(props Props) {
 	}
 	s.Bucket.AddEventNotification(awss3.EventType_OBJECT_CREATED,
 		awss3notifications.NewSqsDestination(s.Queues[spec.BlockEvents]), filter)
+	s.scopeNotificationsHandler()
+}
+
+// notificationsHandlerPrefix is the id CDK gives the singleton function
+// behind bucket notifications (a custom resource).
+const notificationsHandlerPrefix = "BucketNotificationsHandler"
+
+// scopeNotificationsHandler narrows the role CDK creates for its bucket
+// notifications handler. CDK scopes its s3:PutBucketNotification to the
+// bucket, but attaches AWSLambdaBasicExecutionRole, which lets it write
+// every log group of the account; it gets this stack's Lambda log groups
+// instead. (Its function's name is generated, so the group is named by
+// the stack's prefix: naming the function itself would make the role
+// depend on the function that depends on it.)
+func (s *Sluice) scopeNotificationsHandler() {
+	for _, c := range *s.Stack.Node().Children() {
+		if !strings.HasPrefix(*c.Node().Id(), notificationsHandlerPrefix) {
+			continue
+		}
+		role := c.Node().TryFindChild(jsii.String("Role"))
+		if role == nil {
+			continue
+		}
+		cfn, ok := role.Node().DefaultChild().(awsiam.CfnRole)
+		if !ok {
+			panic("stack: the bucket notifications handler's role is not a CfnRole; CDK changed")
+		}
+		cfn.AddPropertyDeletionOverride(jsii.String("ManagedPolicyArns"))
+		logs := awscdk.Fn_Join(jsii.String(""), &[]*string{
+			jsii.String("arn:"), awscdk.Aws_PARTITION(), jsii.String(":logs:"), awscdk.Aws_REGION(), jsii.String(":"),
+			awscdk.Aws_ACCOUNT_ID(), jsii.String(":log-group:/aws/lambda/"), awscdk.Aws_STACK_NAME(), jsii.String("-*"),
+		})
+		cfn.AddPropertyOverride(jsii.String("Policies"), []map[string]any{{
+			"PolicyName": "WriteStackLambdaLogs",
+			"PolicyDocument": map[string]any{
+				"Version": "2012-10-17",
+				"Statement": []map[string]any{{
+					"Sid": "WriteStackLambdaLogs", "Effect": "Allow",
+					"Action":   []string{"logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"},
+					"Resource": []any{logs, awscdk.Fn_Join(jsii.String(""), &[]*string{logs, jsii.String(":*")})},
+				}},
+			},
+		}})
+	}
 }

@@ -82,7 +82,26 @@ func (s *Sluice) statements(props Props, f spec.Function, logs awslogs.LogGroup)
 		for _, o := range g.Objects {
 			objects = append(objects, s.Bucket.ArnForObjects(jsii.String(props.KeyPrefix+string(o))))
 		}
-		out = append(out, allow(s3Sid(g, i), g.Actions, objects, nil))
+		if !g.OnlyIfNoneMatch || !slices.Contains(g.Actions, "s3:PutObject") {
+			out = append(out, allow(s3Sid(g, i), g.Actions, objects, nil))
+			continue
+		}
+		// AWS's pattern for enforcing conditional writes: PutObject (and
+		// CompleteMultipartUpload) only with If-None-Match; the multipart
+		// steps that take no conditional header by ObjectCreationOperation.
+		sid := s3Sid(g, i)
+		out = append(out,
+			allow(sid+"IfNoneMatch", []string{"s3:PutObject"}, objects, map[string]any{"Null": map[string]any{"s3:if-none-match": "false"}}),
+			allow(sid+"MultipartParts", []string{"s3:PutObject"}, objects, map[string]any{"Bool": map[string]any{"s3:ObjectCreationOperation": "false"}}))
+		var rest []string
+		for _, a := range g.Actions {
+			if a != "s3:PutObject" {
+				rest = append(rest, a)
+			}
+		}
+		if len(rest) > 0 {
+			out = append(out, allow(sid+"Multipart", rest, objects, nil))
+		}
 	}
 	if len(perm.S3List) > 0 {
 		out = append(out, allow("S3ListUnderPrefix", perm.S3List, []*string{s.Bucket.BucketArn()},

@@ -191,7 +191,12 @@ func (d *deployment) wantGrants(t *testing.T, f spec.Function) []string {
 	for _, g := range perm.S3 {
 		for _, a := range g.Actions {
 			for _, o := range g.Objects {
-				out = append(out, a+" on "+bucket+"/"+d.props.KeyPrefix+string(o))
+				on := a + " on " + bucket + "/" + d.props.KeyPrefix + string(o)
+				if a == "s3:PutObject" && g.OnlyIfNoneMatch {
+					out = append(out, on+` if {"Null":{"s3:if-none-match":"false"}}`, on+` if {"Bool":{"s3:ObjectCreationOperation":"false"}}`)
+					continue
+				}
+				out = append(out, on)
 			}
 		}
 	}
@@ -277,10 +282,63 @@ func TestOnlyTheUploaderDeletesAndPublishes(t *testing.T) {
 			grants := grantSet(d.cfn.roleStatements(d.cfn.roleOf(d.functionID(t, f))))
 			deletes := slices.ContainsFunc(grants, func(g string) bool { return strings.HasPrefix(g, "s3:DeleteObjectVersion on ") })
 			publishes := slices.ContainsFunc(grants, func(g string) bool {
-				return strings.HasPrefix(g, "s3:PutObject on ") && strings.HasSuffix(g, "/*/meta.json")
+				return strings.HasPrefix(g, "s3:PutObject on ") && strings.HasSuffix(g, `/*/meta.json if {"Null":{"s3:if-none-match":"false"}}`)
 			})
 			if isUp := f.ID == spec.Uploader; deletes != isUp || publishes != isUp {
 				t.Errorf("%s: deletes=%v publishes=%v", f.ID, deletes, publishes)
+			}
+		}
+	})
+}
+
+// Every role in the stack — the four functions' and those CDK creates for
+// its own custom resources (the bucket notifications handler) — is scoped:
+// no AWS managed policy (AWSLambdaBasicExecutionRole writes every log
+// group of the account), no statement on every resource.
+func TestEveryRoleIsScoped(t *testing.T) {
+	each(t, func(t *testing.T, d *deployment) {
+		roles := d.cfn.ofType("AWS::IAM::Role")
+		if len(roles) < 5 {
+			t.Fatalf("%d roles: want the four functions' and the notifications handler's", len(roles))
+		}
+		for _, role := range roles {
+			if m, ok := d.cfn.Resources[role].Properties["ManagedPolicyArns"]; ok {
+				t.Errorf("role %s carries managed policies %s", role, render(m))
+			}
+			sts := d.cfn.roleStatements(role)
+			if len(sts) == 0 {
+				t.Errorf("role %s has no statements: the walker missed its policies", role)
+			}
+			for _, st := range sts {
+				for _, r := range st.Resources {
+					if r == "*" {
+						t.Errorf("role %s: %s allows %v on every resource", role, st.Sid, st.Actions)
+					}
+				}
+			}
+		}
+	})
+}
+
+// Compact and the uploader create objects, never overwrite one: every
+// s3:PutObject they hold is conditional — on the request's If-None-Match
+// header, or (multipart uploads' parts, which carry none) on not creating
+// the object.
+func TestWritesOnlyIfNoneMatch(t *testing.T) {
+	each(t, func(t *testing.T, d *deployment) {
+		for _, f := range d.props.Resources.Functions {
+			writes := 0
+			for _, st := range d.cfn.roleStatements(d.cfn.roleOf(d.functionID(t, f))) {
+				if st.Effect != "Allow" || !slices.Contains(st.Actions, "s3:PutObject") {
+					continue
+				}
+				writes++
+				if st.Condition != `{"Null":{"s3:if-none-match":"false"}}` && st.Condition != `{"Bool":{"s3:ObjectCreationOperation":"false"}}` {
+					t.Errorf("%s: statement %s allows s3:PutObject without If-None-Match: %q", f.ID, st.Sid, st.Condition)
+				}
+			}
+			if want := f.ID == spec.Compact || f.ID == spec.Uploader; (writes > 0) != want {
+				t.Errorf("%s: %d s3:PutObject statements", f.ID, writes)
 			}
 		}
 	})

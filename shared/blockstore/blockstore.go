@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -144,13 +143,6 @@ func isNotFound(err error) bool {
 		return true
 	}
 	return statusCode(err) == 404
-}
-
-func trimETag(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return strings.Trim(*s, `"`)
 }
 
 func deref[T any](p *T) T {

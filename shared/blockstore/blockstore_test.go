@@ -75,7 +75,7 @@ func uploadContract(t *testing.T, api S3API, bucket string) {
 			t.Fatal(err)
 		}
 		for i := range again {
-			if !again[i].Adopted || again[i].VersionID != first[i].VersionID || again[i].ETag != first[i].ETag {
+			if !again[i].Adopted || again[i].VersionID != first[i].VersionID || again[i].Checksum != first[i].Checksum {
 				t.Fatalf("second attempt %+v, first %+v", again[i], first[i])
 			}
 		}
@@ -141,6 +141,27 @@ func uploadContract(t *testing.T, api S3API, bucket string) {
 
 func TestUploadDownloadFake(t *testing.T) {
 	uploadContract(t, newFake(), "bucket")
+}
+
+// TestUploadUnderSSEKMS: under SSE-KMS an ETag is no MD5 of the bytes and
+// differs for every write; an earlier attempt's object is still recognised
+// (by its SHA-256 checksum) and adopted, and other bytes are still refused.
+func TestUploadUnderSSEKMS(t *testing.T) {
+	f := newFake()
+	f.kms = true
+	uploadContract(t, f, "bucket")
+	ctx := context.Background()
+	vid, same, err := PutOnce(ctx, f, "bucket", "t/b/meta.json", []byte("meta"))
+	if err != nil || !same {
+		t.Fatalf("first PutOnce: %v, same %v", err, same)
+	}
+	again, same, err := PutOnce(ctx, f, "bucket", "t/b/meta.json", []byte("meta"))
+	if err != nil || !same || again != vid {
+		t.Fatalf("PutOnce of the same bytes: version %s (first %s), same %v, %v", again, vid, same, err)
+	}
+	if _, same, err := PutOnce(ctx, f, "bucket", "t/b/meta.json", []byte("other")); err != nil || same {
+		t.Fatalf("PutOnce of other bytes: same %v, %v", same, err)
+	}
 }
 
 func TestDownloadBoundedParallelism(t *testing.T) {

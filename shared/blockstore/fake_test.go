@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/md5"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -13,11 +15,12 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 )
 
 // fakeS3 is an in-memory versioned bucket with S3's conditional-write
-// semantics, for tests that need no emulator.
+// semantics and its SHA-256 checksums, for tests that need no emulator.
 type fakeS3 struct {
 	mu       sync.Mutex
 	objects  map[string][]version // key → versions, newest last
@@ -27,11 +30,21 @@ type fakeS3 struct {
 	maxGets  atomic.Int32
 	getDelay time.Duration
 	calls    map[string]int
+	// kms makes ETags what they are under SSE-KMS: not an MD5 of the
+	// bytes, and different for every write of the same bytes.
+	kms bool
 }
 
 type version struct {
-	id, etag string
-	data     []byte
+	id, etag, checksum string
+	data               []byte
+}
+
+func (f *fakeS3) etag(md5hex string) string {
+	if f.kms {
+		return fmt.Sprintf("kms%029d", f.seq)
+	}
+	return md5hex
 }
 
 func newFake() *fakeS3 {
@@ -47,9 +60,13 @@ func (f *fakeS3) count(op string) {
 }
 
 func (f *fakeS3) put(key string, data []byte, etag string) string {
+	return f.putSum(key, data, etag, "")
+}
+
+func (f *fakeS3) putSum(key string, data []byte, etag, checksum string) string {
 	f.seq++
 	id := fmt.Sprintf("v%04d", f.seq)
-	f.objects[key] = append(f.objects[key], version{id: id, etag: etag, data: data})
+	f.objects[key] = append(f.objects[key], version{id: id, etag: f.etag(etag), checksum: checksum, data: data})
 	return id
 }
 
@@ -87,7 +104,11 @@ func (f *fakeS3) HeadObject(ctx context.Context, in *s3.HeadObjectInput, _ ...fu
 		return nil, apiErr("NotFound")
 	}
 	v := vs[len(vs)-1]
-	return &s3.HeadObjectOutput{ContentLength: aws.Int64(int64(len(v.data))), ETag: aws.String(`"` + v.etag + `"`), VersionId: aws.String(v.id)}, nil
+	out := &s3.HeadObjectOutput{ContentLength: aws.Int64(int64(len(v.data))), ETag: aws.String(`"` + v.etag + `"`), VersionId: aws.String(v.id)}
+	if in.ChecksumMode == types.ChecksumModeEnabled && v.checksum != "" {
+		out.ChecksumSHA256 = aws.String(v.checksum)
+	}
+	return out, nil
 }
 
 func (f *fakeS3) PutObject(ctx context.Context, in *s3.PutObjectInput, _ ...func(*s3.Options)) (*s3.PutObjectOutput, error) {
@@ -102,7 +123,12 @@ func (f *fakeS3) PutObject(ctx context.Context, in *s3.PutObjectInput, _ ...func
 		return nil, apiErr("PreconditionFailed")
 	}
 	sum := md5.Sum(data)
-	return &s3.PutObjectOutput{VersionId: aws.String(f.put(*in.Key, data, hex.EncodeToString(sum[:])))}, nil
+	sha := sha256.Sum256(data)
+	checksum := base64.StdEncoding.EncodeToString(sha[:])
+	if in.ChecksumSHA256 != nil && *in.ChecksumSHA256 != checksum {
+		return nil, apiErr("BadDigest")
+	}
+	return &s3.PutObjectOutput{VersionId: aws.String(f.putSum(*in.Key, data, hex.EncodeToString(sum[:]), checksum))}, nil
 }
 
 func (f *fakeS3) CreateMultipartUpload(ctx context.Context, in *s3.CreateMultipartUploadInput, _ ...func(*s3.Options)) (*s3.CreateMultipartUploadOutput, error) {
@@ -136,16 +162,20 @@ func (f *fakeS3) CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMul
 		return nil, apiErr("PreconditionFailed")
 	}
 	var data []byte
-	h := md5.New()
+	h, c := md5.New(), sha256.New()
 	for _, p := range in.MultipartUpload.Parts {
 		part := f.uploads[*in.UploadId][*p.PartNumber]
 		data = append(data, part...)
 		s := md5.Sum(part)
 		h.Write(s[:])
+		d := sha256.Sum256(part)
+		c.Write(d[:])
 	}
 	delete(f.uploads, *in.UploadId)
-	etag := fmt.Sprintf("%s-%d", hex.EncodeToString(h.Sum(nil)), len(in.MultipartUpload.Parts))
-	return &s3.CompleteMultipartUploadOutput{VersionId: aws.String(f.put(*in.Key, data, etag))}, nil
+	n := len(in.MultipartUpload.Parts)
+	etag := fmt.Sprintf("%s-%d", hex.EncodeToString(h.Sum(nil)), n)
+	checksum := fmt.Sprintf("%s-%d", base64.StdEncoding.EncodeToString(c.Sum(nil)), n)
+	return &s3.CompleteMultipartUploadOutput{VersionId: aws.String(f.putSum(*in.Key, data, etag, checksum))}, nil
 }
 
 func (f *fakeS3) AbortMultipartUpload(ctx context.Context, in *s3.AbortMultipartUploadInput, _ ...func(*s3.Options)) (*s3.AbortMultipartUploadOutput, error) {

@@ -335,7 +335,7 @@ func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []
 		out.PartitionCount, out.PartitionID = head.Partitions, p
 	}
 	for _, u := range up {
-		out.Files = append(out.Files, records.ObjectVersion{RelPath: u.RelPath, VersionID: u.VersionID, Size: u.Size, ETag: u.ETag})
+		out.Files = append(out.Files, records.ObjectVersion{RelPath: u.RelPath, VersionID: u.VersionID, Size: u.Size, ETag: u.ETag, Checksum: u.Checksum})
 		if u.RelPath == blockkey.IndexFile {
 			out.IndexBytes = uint64(u.Size)
 		}

@@ -1,10 +1,7 @@
 package pipeline
 
 import (
-	"bytes"
 	"context"
-	"crypto/md5"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -17,6 +14,7 @@ import (
 
 	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/blockmeta"
+	"github.com/sluice-dev/sluice/shared/blockstore"
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/records"
@@ -217,28 +215,12 @@ func (u Uploader) mark(ctx context.Context, k blockkey.Key, b records.Block, log
 	return nil
 }
 
-// putOnce writes key with If-None-Match: an object never overwrites
-// another. When the key exists (an earlier attempt of this op, or another
-// writer), its version is returned and same says whether it holds these
-// very bytes.
+// putOnce writes key with If-None-Match (and a SHA-256 checksum, by which
+// an earlier attempt's object is recognised, whatever the encryption): an
+// object never overwrites another. When the key exists, its version is
+// returned and same says whether it holds these very bytes.
 func (u Uploader) putOnce(ctx context.Context, key string, body []byte) (vid string, same bool, err error) {
-	res, err := u.S3.PutObject(ctx, &s3.PutObjectInput{
-		Bucket: aws.String(u.Config.Bucket), Key: aws.String(key), Body: bytes.NewReader(body),
-		IfNoneMatch: aws.String("*"), ContentLength: aws.Int64(int64(len(body))),
-	})
-	if err == nil {
-		return aws.ToString(res.VersionId), true, nil
-	}
-	if !isPreconditionFailed(err) {
-		return "", false, fmt.Errorf("put %s: %w", key, err)
-	}
-	head, herr := u.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(u.Config.Bucket), Key: aws.String(key)})
-	if herr != nil {
-		return "", false, fmt.Errorf("put %s: exists, and head failed: %w", key, herr)
-	}
-	sum := md5.Sum(body)
-	same = strings.Trim(aws.ToString(head.ETag), `"`) == hex.EncodeToString(sum[:])
-	return aws.ToString(head.VersionId), same, nil
+	return blockstore.PutOnce(ctx, u.S3, u.Config.Bucket, key, body)
 }
 
 func (u Uploader) delete(ctx context.Context, k blockkey.Key, b records.Block, log *slog.Logger) error {

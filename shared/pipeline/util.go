@@ -38,16 +38,6 @@ func isNotFound(err error) bool {
 	return false
 }
 
-// isPreconditionFailed reports S3's 412 for If-None-Match: the key exists.
-func isPreconditionFailed(err error) bool {
-	var re *smithyhttp.ResponseError
-	if errors.As(err, &re) && re.HTTPStatusCode() == http.StatusPreconditionFailed {
-		return true
-	}
-	var ae smithy.APIError
-	return errors.As(err, &ae) && ae.ErrorCode() == "PreconditionFailed"
-}
-
 // outputULID is the output block of partition p of version g: derived from
 // (tenant, group, version, partition) and the version's creation time, so
 // every attempt writes the same keys.

@@ -50,6 +50,9 @@ type ObjectVersion struct {
 	VersionID string `dynamodbav:"vid"`
 	Size      int64  `dynamodbav:"size"`
 	ETag      string `dynamodbav:"etag,omitempty"`
+	// Checksum is the SHA-256 S3 keeps for a version Sluice wrote (see
+	// blockstore.Uploaded.Checksum).
+	Checksum string `dynamodbav:"sha256,omitempty"`
 }
 
 // Block is one block of one tenant.

@@ -101,6 +101,14 @@ var (
 type S3Grant struct {
 	Actions []string
 	Objects []ObjectPattern
+	// OnlyIfNoneMatch makes s3:PutObject conditional on the request's
+	// If-None-Match header (the s3:if-none-match condition key), as AWS
+	// lets a policy enforce conditional writes: the role can create these
+	// objects and never overwrite one. CreateMultipartUpload and
+	// UploadPart carry no conditional header, so they are allowed by
+	// s3:ObjectCreationOperation = false; CompleteMultipartUpload, which
+	// creates the object, must carry If-None-Match like a PutObject.
+	OnlyIfNoneMatch bool
 }
 
 // Permissions is what one function may do beyond consuming its own queue
@@ -117,18 +125,19 @@ type Permissions struct {
 // Permissions returns the IAM permissions of function id, fitted to what
 // shared/pipeline calls:
 //
-//   - planner: GetObject of meta.json; HeadObject of the files meta.json
-//     lists and of no-compact-mark.json; ListObjectVersions of one block's
-//     prefix for plain Prometheus blocks without thanos.files. Records:
-//     register, claim, create versions, agenda entries.
-//   - compact: reads source blocks by VersionId; writes its output's index
-//     and chunks (single-part or multipart), never meta.json or a marker:
-//     the uploader publishes. Records: lease, commit.
+//   - planner: GetObject of meta.json and ranged GETs of a block's index
+//     and chunk segments (registration's checks); ListObjectVersions of
+//     one block's prefix. Records: register, claim, create versions,
+//     agenda entries, release quarantined blocks and groups.
+//   - compact: reads source blocks by VersionId; creates its output's
+//     index and chunks (single-part or multipart, only with If-None-Match:
+//     never overwrites one), never meta.json or a marker: the uploader
+//     publishes. Records: lease, commit, record a failed attempt.
 //   - cleaner: ListObjectVersions under output keys for the orphan sweep;
 //     reads no object and deletes none, it sends DELETE ops. Records: every
 //     transition after commit, and its agenda.
-//   - uploader: the ONLY writer of meta.json and markers (PutObject with
-//     If-None-Match, HeadObject after a 412) and the ONLY deleter
+//   - uploader: the ONLY writer of meta.json and markers (PutObject only
+//     with If-None-Match, HeadObject after a 412) and the ONLY deleter
 //     (DeleteObject with a VersionId). Records: reads a block's gen and
 //     records what it published or marked; it never creates a record.
 //
@@ -154,7 +163,7 @@ func (r Resources) Permissions(id FunctionID) Permissions {
 		return Permissions{
 			S3: []S3Grant{
 				{Actions: S3Read, Objects: BlockObjects},
-				{Actions: S3Write, Objects: []ObjectPattern{IndexObjects, ChunkObjects}},
+				{Actions: S3Write, Objects: []ObjectPattern{IndexObjects, ChunkObjects}, OnlyIfNoneMatch: true},
 			},
 			S3List:   S3ListKeys,
 			DynamoDB: cat(DynamoRead, DynamoWrite),
@@ -168,7 +177,7 @@ func (r Resources) Permissions(id FunctionID) Permissions {
 		return Permissions{
 			S3: []S3Grant{
 				{Actions: S3Read, Objects: published},
-				{Actions: S3Write, Objects: published},
+				{Actions: S3Write, Objects: published, OnlyIfNoneMatch: true},
 				{Actions: S3Delete, Objects: []ObjectPattern{AnyBlockObject}},
 			},
 			S3List:   S3ListKeys,
