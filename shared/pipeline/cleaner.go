@@ -430,7 +430,7 @@ func (c Cleaner) retryFailed(ctx context.Context, head records.Group, parts []re
 }
 
 // quarantine ends a version whose jobs failed MaxJobAttempts times. When
-// the last failure blamed one of its sources, that source is quarantined
+// a failure blamed one of its sources, that source is quarantined
 // (QUARANTINED, with a no-compact mark) and the version superseded, so
 // the group re-plans without it and its neighbours compact. Otherwise the
 // group is quarantined: its sources stay claimed and readable, nothing
@@ -442,7 +442,8 @@ func (c Cleaner) quarantine(ctx context.Context, head records.Group) error {
 	}
 	now := c.now()
 	reason := fmt.Sprintf("%d failed attempts; last (%s): %s", head.Failures, head.LastErrorKind, head.LastError)
-	if head.LastErrorKind == records.FailureSource && slices.Contains(head.Sources, head.LastErrorBlock) {
+	if head.LastErrorBlock != "" && slices.Contains(head.Sources, head.LastErrorBlock) {
+		reason = fmt.Sprintf("%d failed attempts blaming source %s; last (%s): %s", head.Failures, head.LastErrorBlock, head.LastErrorKind, head.LastError)
 		b, ok, err := c.Store.GetBlock(ctx, head.Tenant, head.LastErrorBlock)
 		if err != nil {
 			return err

@@ -24,17 +24,18 @@ func clip(s string) string {
 }
 
 // failureSet is the part of an update that records a failure on the head.
-func failureSet(f Failure, vals map[string]types.AttributeValue) (set, remove string) {
+// The blamed block is kept until another source failure blames another:
+// a failure that blames none (a deadline, a dead job) says nothing about
+// the sources, and must not make a corrupt source's group look innocent.
+func failureSet(f Failure, vals map[string]types.AttributeValue) string {
 	vals[":zero"], vals[":one"] = n(0), n(1)
 	vals[":err"], vals[":kind"] = s(clip(f.Message)), s(string(f.Kind))
-	set = "failures = if_not_exists(failures, :zero) + :one, lastError = :err, lastErrorKind = :kind"
+	set := "failures = if_not_exists(failures, :zero) + :one, lastError = :err, lastErrorKind = :kind"
 	if f.Block != "" {
 		vals[":eblock"] = s(f.Block)
 		set += ", lastErrorBlock = :eblock"
-	} else {
-		remove = " REMOVE lastErrorBlock"
 	}
-	return set, remove
+	return set
 }
 
 // RecordFailure records a failed attempt of partition p of version v by
@@ -47,12 +48,12 @@ func (st *Store) RecordFailure(ctx context.Context, tenant string, g planning.Gr
 	headVals := map[string]types.AttributeValue{
 		":v": n(v), ":planned": s(string(GroupPlanned)), ":now": n(now.UnixMilli()),
 	}
-	set, remove := failureSet(f, headVals)
+	set := failureSet(f, headVals)
 	items := []types.TransactWriteItem{
 		{Update: &types.Update{
 			Key:                       key(tenantPK(tenant), groupSK(g)),
 			ConditionExpression:       aws.String("version = :v AND #st = :planned"),
-			UpdateExpression:          aws.String("SET " + set + ", updatedAt = :now" + remove),
+			UpdateExpression:          aws.String("SET " + set + ", updatedAt = :now"),
 			ExpressionAttributeNames:  map[string]string{"#st": "state"},
 			ExpressionAttributeValues: headVals,
 		}},

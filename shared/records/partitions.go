@@ -121,12 +121,12 @@ func (st *Store) takeOver(ctx context.Context, tenant string, g planning.GroupKe
 	headVals := map[string]types.AttributeValue{
 		":v": n(v), ":planned": s(string(GroupPlanned)), ":max": n(int64(maxFailures)), ":now": n(now.UnixMilli()),
 	}
-	set, remove := failureSet(died, headVals)
+	set := failureSet(died, headVals)
 	items := []types.TransactWriteItem{
 		{Update: &types.Update{
 			Key:                       key(tenantPK(tenant), groupSK(g)),
 			ConditionExpression:       aws.String("version = :v AND #st = :planned AND (attribute_not_exists(failures) OR failures < :max)"),
-			UpdateExpression:          aws.String("SET " + set + ", updatedAt = :now" + remove),
+			UpdateExpression:          aws.String("SET " + set + ", updatedAt = :now"),
 			ExpressionAttributeNames:  map[string]string{"#st": "state"},
 			ExpressionAttributeValues: headVals,
 		}},

@@ -184,8 +184,9 @@ type Group struct {
 	// Failures counts the failed job attempts of this version — a job's
 	// own error, or a lease that expired under a job that died — and of
 	// the versions before it over the same sources. At MaxJobAttempts the
-	// cleaner quarantines the source the last failure blamed, or the
-	// group. The failure text and the blamed block are kept for status.
+	// cleaner quarantines the source a failure blamed (the last to blame
+	// one: LastErrorBlock stays when a later failure blames none), or the
+	// group. The last failure's text and kind are kept for status.
 	Failures       int         `dynamodbav:"failures,omitempty"`
 	LastError      string      `dynamodbav:"lastError,omitempty"`
 	LastErrorBlock string      `dynamodbav:"lastErrorBlock,omitempty"`

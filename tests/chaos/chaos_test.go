@@ -89,6 +89,13 @@ const (
 	deletionDelay = 3 * time.Second
 	orphanDelay   = 25 * time.Second
 	settleTimeout = 4 * time.Minute
+	// A job with less than deadlineMargin left stops (fDeadline). A
+	// version's jobs may fail maxJobAttempts times before quarantine: more
+	// than in production (3), because the run's clock faults expire leases
+	// under live jobs, which count as failed attempts — in production a
+	// lease outlives the function's timeout, so only a dead job's expires.
+	deadlineMargin = 20 * time.Second
+	maxJobAttempts = 6
 )
 
 // result is one seed's outcome.
@@ -178,7 +185,7 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 	p := newPlan(seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
 	clock := &testworld.Clock{}
-	sched := &scheduler{plan: p, clock: clock, visibility: visibility, lease: leaseDuration, stuck: stuckAfter}
+	sched := &scheduler{plan: p, clock: clock, visibility: visibility, lease: leaseDuration, stuck: stuckAfter, deadlineMargin: deadlineMargin}
 	sched.zombie.Store("")
 	maxSeries := []uint64{8, 16, 64}[rng.IntN(3)]
 	w := testworld.New(t, testworld.Options{
@@ -189,6 +196,8 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 			c.Policy.MaxSeriesPerPartition = maxSeries
 			c.LeaseDuration, c.RedriveAfter, c.StuckAfter = leaseDuration, redriveAfter, stuckAfter
 			c.DeletionDelay, c.OrphanDelay = deletionDelay, orphanDelay
+			c.DeadlineMargin, c.MaxJobAttempts = deadlineMargin, maxJobAttempts
+			c.ReplicaLabels = []string{"replica"}
 		},
 	})
 	// The bus delivers S3's notifications (notifyS3, the workload): the

@@ -52,6 +52,10 @@ const (
 	fReupload        = "shipper re-upload of a block"
 	fLateBlock       = "late block"
 	fShuffledUploads = "uploads reordered"
+	fDeadline        = "compaction job with its function's deadline inside the margin (stops, commits nothing)"
+	fCorruptSource   = "corrupt source uploaded (damaged index: quarantined, neighbours compact)"
+	fTwoStreams      = "tenant with two Prometheus servers (two streams)"
+	fLongTenant      = "tenant id of 150 characters"
 )
 
 // Probabilities per occasion (a call, a step, a delivery). A message gets
@@ -74,6 +78,7 @@ const (
 	pShortVisible   = 0.03
 	pLateDup        = 0.03
 	pZombie         = 0.03
+	pDeadline       = 0.03
 	faultsPerMsg    = 2
 )
 
@@ -465,7 +470,10 @@ type scheduler struct {
 	visibility time.Duration
 	lease      time.Duration
 	stuck      time.Duration
-	deps       *pipeline.Deps // set once the world is built
+	// deadlineMargin is the jobs' SLUICE_DEADLINE_MARGIN (fDeadline gives
+	// a job half of it).
+	deadlineMargin time.Duration
+	deps           *pipeline.Deps // set once the world is built
 	zombie     atomic.Value   // subject of the job outliving its version, "" when none
 	rogues     sync.WaitGroup
 	inRogue    atomic.Int64
@@ -505,7 +513,15 @@ func (s *scheduler) wrap(name string, h handler) handler {
 			if s.plan.hit(mctx, fDupConcurrent, "dup-concurrent", subject, pDupConcurrent) {
 				s.rogue(ctx, name, mctx, one, subject)
 			}
-			r, err := h(mctx, one)
+			hctx := mctx
+			if name == "compact" && s.plan.hit(mctx, fDeadline, "deadline", subject, pDeadline) {
+				// The function has less time left than the job's margin: it
+				// must stop, record the attempt and commit nothing.
+				var cancel context.CancelFunc
+				hctx, cancel = context.WithTimeout(mctx, s.deadlineMargin/2)
+				defer cancel()
+			}
+			r, err := h(hctx, one)
 			if err != nil || len(r.BatchItemFailures) > 0 {
 				fail()
 				continue

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +29,11 @@ type tenantBlocks struct {
 	tenant string
 	blocks []blockgen.Block // uploaded first, in a shuffled order
 	late   []blockgen.Block // uploaded once the pipeline has been at work
+	// damaged are blocks with a corrupt index (uploaded among the others,
+	// expected to be quarantined; no input of I1).
+	damaged []blockgen.Block
+	// fault is the fault kind a seed that draws this tenant counts.
+	fault string
 }
 
 // pool is the workload every seed draws from, generated once before any
@@ -44,16 +51,31 @@ func generatePool(dir string) (pool, error) {
 		tenant string
 		o      blockgen.Options
 		late   []time.Duration // where late blocks start
+		// also are more streams of the tenant (other external labels).
+		also []blockgen.Options
+		// damage corrupts the index of the last replica of the first range.
+		damage bool
+		fault  string
 	}
 	profiles := []profile{
 		// Thanos sidecar blocks, files listed, native histograms: one 4h range.
-		{"acme", blockgen.Options{Blocks: 2, Series: 12, Histograms: true, ThanosFiles: true}, []time.Duration{2 * time.Hour}},
+		{tenant: "acme", o: blockgen.Options{Blocks: 2, Series: 12, Histograms: true, ThanosFiles: true}, late: []time.Duration{2 * time.Hour}},
 		// Replicated ingesters: every range twice, identical samples.
-		{"beta", blockgen.Options{Blocks: 2, Series: 10, ReplicationFactor: 2, ThanosFiles: true}, []time.Duration{2 * time.Hour}},
+		{tenant: "beta", o: blockgen.Options{Blocks: 2, Series: 10, ReplicationFactor: 2, ThanosFiles: true}, late: []time.Duration{2 * time.Hour}},
 		// Plain Prometheus blocks: meta.json lists no files (one LIST each).
-		{"gamma", blockgen.Options{Blocks: 2, Series: 14}, []time.Duration{2 * time.Hour}},
+		{tenant: "gamma", o: blockgen.Options{Blocks: 2, Series: 14}, late: []time.Duration{2 * time.Hour}},
 		// Two 4h ranges, so the 8h level runs too; late blocks meet it.
-		{"delta", blockgen.Options{Blocks: 4, Series: 8, ThanosFiles: true}, []time.Duration{2 * time.Hour, 6 * time.Hour}},
+		{tenant: "delta", o: blockgen.Options{Blocks: 4, Series: 8, ThanosFiles: true}, late: []time.Duration{2 * time.Hour, 6 * time.Hour}},
+		// Replicas that differ in a replica label, one of them corrupt: it
+		// is quarantined and its range compacts without it.
+		{tenant: "epsilon", o: blockgen.Options{Blocks: 2, Series: 10, ReplicationFactor: 2, ReplicaLabel: "replica", ThanosFiles: true,
+			ExternalLabels: map[string]string{"cluster": "eu"}}, damage: true, fault: fCorruptSource},
+		// Two Prometheus servers, same series names: never merged.
+		{tenant: "zeta", o: blockgen.Options{Blocks: 2, Series: 10, ThanosFiles: true, ExternalLabels: map[string]string{"cluster": "east"}},
+			late: []time.Duration{2 * time.Hour},
+			also: []blockgen.Options{{Blocks: 2, Series: 10, ThanosFiles: true, ExternalLabels: map[string]string{"cluster": "west"}}}, fault: fTwoStreams},
+		// The longest tenant id Cortex and Mimir accept.
+		{tenant: longTenant, o: blockgen.Options{Blocks: 2, Series: 8, ThanosFiles: true}, late: []time.Duration{2 * time.Hour}, fault: fLongTenant},
 	}
 	var out pool
 	for i, p := range profiles {
@@ -63,7 +85,23 @@ func generatePool(dir string) (pool, error) {
 		if err != nil {
 			return nil, err
 		}
-		tb := tenantBlocks{tenant: p.tenant, blocks: bs}
+		tb := tenantBlocks{tenant: p.tenant, blocks: bs, fault: p.fault}
+		for j, a := range p.also {
+			a.Tenant, a.Start, a.SamplesPerSeries, a.Seed = p.tenant, start, 12, int64(100*(i+1)+j)
+			more, err := blockgen.Generate(filepath.Join(dir, p.tenant, fmt.Sprintf("stream-%d", j)), a)
+			if err != nil {
+				return nil, err
+			}
+			tb.blocks = append(tb.blocks, more...)
+		}
+		if p.damage {
+			victim := o.ReplicationFactor - 1
+			if err := damageIndex(bs[victim].Dir); err != nil {
+				return nil, err
+			}
+			tb.damaged = append(tb.damaged, bs[victim])
+			tb.blocks = append(bs[:victim:victim], bs[victim+1:]...)
+		}
 		// A late block repeats a range with 4 more series (same seed: the
 		// shared series hold the same samples).
 		for _, at := range p.late {
@@ -80,6 +118,24 @@ func generatePool(dir string) (pool, error) {
 	return out, nil
 }
 
+// longTenant is a tenant id of blockkey.MaxTenantLength characters: its
+// FIFO group ids (tenant/ULID) are over SQS's 128.
+var longTenant = strings.Repeat("a-team-with-a-rather-long-name.", 5)[:blockkey.MaxTenantLength]
+
+// damageIndex flips 64 bytes in the middle of a block's index: its table of
+// contents is intact, so registration accepts it, but compaction fails.
+func damageIndex(dir string) error {
+	path := filepath.Join(dir, blockkey.IndexFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	for i := len(b) * 2 / 5; i < len(b)*2/5+64 && i < len(b)-60; i++ {
+		b[i] ^= 0xff
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
 // workload uploads one seed's blocks as shippers would: shuffled, some S3
 // events duplicated and delayed, late blocks after a while, and now and
 // then a block uploaded a second time.
@@ -93,19 +149,35 @@ type workload struct {
 
 func (wl *workload) run(ctx context.Context) error {
 	type up struct {
-		tenant string
-		b      blockgen.Block
+		tenant  string
+		b       blockgen.Block
+		damaged bool
 	}
 	var ups []up
 	for _, t := range wl.tenants {
+		if t.fault != "" {
+			wl.plan.count(t.fault)
+		}
 		for _, b := range t.blocks {
-			ups = append(ups, up{t.tenant, b})
+			ups = append(ups, up{tenant: t.tenant, b: b})
+		}
+		for _, b := range t.damaged {
+			ups = append(ups, up{tenant: t.tenant, b: b, damaged: true})
 		}
 	}
 	wl.rng.Shuffle(len(ups), func(i, j int) { ups[i], ups[j] = ups[j], ups[i] })
 	wl.plan.count(fShuffledUploads)
 	for _, u := range ups {
-		if err := wl.upload(ctx, u.tenant, u.b.Dir, true); err != nil {
+		if u.damaged {
+			wl.w.UploadDamaged(ctx, u.tenant, u.b.Dir)
+			k, err := testworld.BlockKeyOf(wl.w.Config.Layout, u.tenant, u.b.Dir)
+			if err != nil {
+				return err
+			}
+			if err := wl.notes.created(ctx, k.Object(blockkey.MetaFile), ""); err != nil {
+				return err
+			}
+		} else if err := wl.upload(ctx, u.tenant, u.b.Dir, true); err != nil {
 			return err
 		}
 		sleep(ctx, time.Duration(wl.rng.IntN(200))*time.Millisecond)
@@ -126,6 +198,9 @@ func (wl *workload) run(ctx context.Context) error {
 	// A shipper that retries uploads a block it already shipped.
 	if wl.rng.Float64() < 0.5 {
 		u := ups[wl.rng.IntN(len(ups))]
+		if u.damaged {
+			return nil
+		}
 		sleep(ctx, time.Duration(wl.rng.IntN(3000))*time.Millisecond)
 		wl.plan.count(fReupload)
 		wl.w.T.Logf("shipper uploads %s/%s again", u.tenant, filepath.Base(u.b.Dir))

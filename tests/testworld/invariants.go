@@ -53,13 +53,13 @@ func (w *World) CheckQuiescent(ctx context.Context, tenants ...string) error {
 		// claimed (at quiescence no other block is claimed), stay readable:
 		// I1 reads them too, but for those the test damaged on purpose
 		// (unreadable on both sides).
-		readable := append([]records.Block(nil), live...)
+		var kept []records.Block
 		for _, b := range blocks {
 			if (b.State == records.BlockQuarantined || b.State == records.BlockClaimed) && !w.Damaged[tenant][b.ID] {
-				readable = append(readable, b)
+				kept = append(kept, b)
 			}
 		}
-		errs = append(errs, w.checkSamples(ctx, tenant, readable))
+		errs = append(errs, w.checkSamples(ctx, tenant, live, kept))
 		errs = append(errs, w.checkQuarantine(ctx, tenant, blocks))
 		errs = append(errs, checkOverlap(tenant, live))
 		for _, b := range live {
@@ -132,15 +132,19 @@ func (w *World) checkQuarantine(ctx context.Context, tenant string, blocks []rec
 	return errors.Join(errs...)
 }
 
-// checkSamples is I1.
-func (w *World) checkSamples(ctx context.Context, tenant string, live []records.Block) error {
+// checkSamples is I1: the live blocks, with the blocks kept as they were
+// (quarantined, or sources a quarantined group holds), hold exactly the
+// uploaded samples — and the live blocks hold none twice. (Kept blocks may
+// duplicate each other or the outputs: replicas of a quarantined group
+// were never merged.)
+func (w *World) checkSamples(ctx context.Context, tenant string, live, kept []records.Block) error {
 	if len(w.Uploaded[tenant]) == 0 {
 		if len(live) > 0 {
 			return fmt.Errorf("I1 violated for %s: %d live blocks but nothing valid was uploaded", tenant, len(live))
 		}
 		return nil
 	}
-	dirs, err := w.DownloadBlocks(ctx, live)
+	dirs, err := w.DownloadBlocks(ctx, append(append([]records.Block(nil), live...), kept...))
 	if err != nil {
 		return err
 	}
@@ -148,7 +152,20 @@ func (w *World) checkSamples(ctx context.Context, tenant string, live []records.
 	if err != nil {
 		return fmt.Errorf("I1 %s: %w", tenant, err)
 	}
-	if !rep.OK() || rep.InputSamples == 0 {
+	ok := rep.OK()
+	if len(kept) > 0 {
+		ok = rep.Missing == 0 && rep.Extra == 0
+		if ok && len(live) > 0 {
+			outs, err := equiv.Check(ctx, dirs[:len(live)], dirs[:len(live)], w.Config.ReplicaLabels)
+			if err != nil {
+				return fmt.Errorf("I1 %s: %w", tenant, err)
+			}
+			if outs.DuplicatedInOutputs > 0 {
+				return fmt.Errorf("I1 violated for %s: the live blocks hold %d samples twice: %s", tenant, outs.DuplicatedInOutputs, outs)
+			}
+		}
+	}
+	if !ok || rep.InputSamples == 0 {
 		return fmt.Errorf("I1 violated for %s: %s", tenant, rep)
 	}
 	return nil
