@@ -474,10 +474,10 @@ type scheduler struct {
 	// a job half of it).
 	deadlineMargin time.Duration
 	deps           *pipeline.Deps // set once the world is built
-	zombie     atomic.Value   // subject of the job outliving its version, "" when none
-	rogues     sync.WaitGroup
-	inRogue    atomic.Int64
-	rogueSeq   atomic.Int64
+	zombie         atomic.Value   // subject of the job outliving its version, "" when none
+	rogues         sync.WaitGroup
+	inRogue        atomic.Int64
+	rogueSeq       atomic.Int64
 }
 
 func (s *scheduler) wrap(name string, h handler) handler {
