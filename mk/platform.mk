@@ -6,7 +6,7 @@
 
 PREFIX ?= sluice-local
 FUZZTIME ?= 30s
-PLATFORM_PKGS := ./localstack/... ./shared/s3event/... ./shared/blockkey/...
+PLATFORM_PKGS := ./localstack/... ./shared/eventsource/... ./shared/s3event/... ./shared/blockkey/...
 
 ## provision: create (or converge) a deployment named PREFIX in the emulator; prints its environment: eval "$$(make -s provision)"
 provision:

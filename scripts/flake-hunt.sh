@@ -3,7 +3,7 @@
 # each test's failures. Not part of make test.
 #
 #   FLAKE_RUNS=20                       how many times (default 20)
-#   FLAKE_PKGS="./localstack/runner"    packages (default: every package
+#   FLAKE_PKGS="./shared/eventsource"  packages (default: every package
 #                                       with integration tests)
 #   FLAKE_RUN='^TestPoison'             go test -run (default: all)
 #   FLAKE_SKIP='^TestChaos$'            go test -skip (default: the chaos

@@ -1,63 +1,22 @@
-// Package localrun runs Sluice's whole pipeline in one process against the
-// emulator: the four handlers of shared/pipeline behind the local
-// event-source runner, with the cleaner's sweep on a timer — what Lambda,
-// its SQS event sources and the EventBridge schedule do in AWS.
-//
-// The demo, the CLI's tests, the end-to-end tests, the race replays and the
-// chaos run all drive the pipeline through it.
+// Package localrun runs the whole pipeline of a deployment provisioned in
+// the emulator (localstack/provision) in one process: shared/localpipeline
+// wired to the deployment's queues.
 package localrun
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
-	"time"
 
-	"github.com/sluice-dev/sluice/localstack/awslimits"
 	"github.com/sluice-dev/sluice/localstack/provision"
-	"github.com/sluice-dev/sluice/localstack/runner"
 	"github.com/sluice-dev/sluice/shared/awsenv"
 	"github.com/sluice-dev/sluice/shared/config"
-	"github.com/sluice-dev/sluice/shared/pipeline"
-	"github.com/sluice-dev/sluice/shared/records"
-	"github.com/sluice-dev/sluice/shared/spec"
+	"github.com/sluice-dev/sluice/shared/localpipeline"
 )
 
-// Options tune the local pipeline. Zero values mean the documented default.
-type Options struct {
-	// Logger receives every handler's logs; default slog.Default().
-	Logger *slog.Logger
-	// Configure changes the configuration loaded from the deployment
-	// (test-sized delays, a policy, a layout).
-	Configure func(*config.Config)
-	// Hook observes and orders protocol steps (tests/races, tests/chaos).
-	Hook pipeline.Hook
-	// Now is the handlers' clock; default time.Now.
-	Now func() time.Time
-	// SweepInterval is how often the cleaner's sweep runs; default 2s.
-	SweepInterval time.Duration
-	// Owner names this process in leases; default "local".
-	Owner string
-	// S3 replaces the S3 client the handlers use (fault injection).
-	S3 pipeline.S3
-	// Wrap, when set, wraps each handler (fault injection, counting).
-	Wrap func(name string, h runner.Handler) runner.Handler
-	// RetryAfter brings failed messages back after this long instead of
-	// after the queue's visibility timeout (runner.Source.RetryAfter);
-	// zero is Lambda's behaviour.
-	RetryAfter time.Duration
-}
+// Options tune the pipeline (localpipeline.Options).
+type Options = localpipeline.Options
 
-// Pipeline is the running pipeline's parts.
-type Pipeline struct {
-	Deps   *pipeline.Deps
-	Runner *runner.Runner
-	// Refused counts the requests refused for breaking an AWS limit the
-	// emulator does not enforce (awslimits): the handlers' DynamoDB writes
-	// and SQS sends go through its checks, as they would meet AWS's.
-	Refused *awslimits.Refusals
-	opts    Options
-}
+// Pipeline is the running pipeline (localpipeline.Pipeline).
+type Pipeline = localpipeline.Pipeline
 
 // Config loads a configuration for deployment d, as the functions would
 // from the environment the CDK stack sets.
@@ -68,85 +27,9 @@ func Config(d provision.Deployment) (config.Config, error) {
 
 // New wires the four handlers to the deployment's queues.
 func New(clients *awsenv.Clients, d provision.Deployment, opts Options) (*Pipeline, error) {
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.SweepInterval == 0 {
-		opts.SweepInterval = 2 * time.Second
-	}
-	if opts.Owner == "" {
-		opts.Owner = "local"
-	}
 	cfg, err := Config(d)
 	if err != nil {
 		return nil, fmt.Errorf("localrun: %w", err)
 	}
-	if opts.Configure != nil {
-		opts.Configure(&cfg)
-	}
-	deps := pipeline.NewDeps(cfg, clients, opts.Logger, opts.Owner)
-	refused := &awslimits.Refusals{}
-	deps.Store = records.NewStore(awslimits.DynamoDB{DynamoDBAPI: clients.DynamoDB, Refused: refused}, cfg.Table, opts.Logger)
-	deps.Send.SQS = awslimits.SQS{SQSSender: clients.SQS, Refused: refused}
-	deps.Hook, deps.Now = opts.Hook, opts.Now
-	if opts.S3 != nil {
-		deps.S3 = opts.S3
-	}
-	wrap := opts.Wrap
-	if wrap == nil {
-		wrap = func(_ string, h runner.Handler) runner.Handler { return h }
-	}
-	handlers := map[spec.QueueID]runner.Handler{
-		spec.BlockEvents:    pipeline.Planner{Deps: deps}.Handle,
-		spec.CompactionJobs: pipeline.Compact{Deps: deps}.Handle,
-		spec.CleanerEvents:  pipeline.Cleaner{Deps: deps}.Handle,
-		spec.BlockOps:       pipeline.Uploader{Deps: deps}.Handle,
-	}
-	var sources []runner.Source
-	for _, q := range d.Resources.Queues {
-		sources = append(sources, runner.Source{
-			Name: string(q.Consumer), QueueURL: d.QueueURLs[q.ID], FIFO: q.FIFO,
-			BatchSize: q.BatchSize, MaxConcurrency: min(q.MaxConcurrency, 4), RetryAfter: opts.RetryAfter,
-			Handler: wrap(string(q.Consumer), handlers[q.ID]),
-		})
-	}
-	r := runner.New(clients.SQS, opts.Logger, sources...)
-	cleaner := pipeline.Cleaner{Deps: deps}
-	r.Every("sweep", opts.SweepInterval, cleaner.Sweep)
-	return &Pipeline{Deps: deps, Runner: r, Refused: refused, opts: opts}, nil
-}
-
-// Sweep runs the cleaner's sweep once, now.
-func (p *Pipeline) Sweep(ctx context.Context) error {
-	return pipeline.Cleaner{Deps: p.Deps}.Sweep(ctx)
-}
-
-// Settle runs the pipeline until done reports true, checking whenever the
-// queues have been quiet for quiet; it fails after timeout. Sweeps keep
-// running meanwhile, so due deletions and closing ranges happen.
-func (p *Pipeline) Settle(ctx context.Context, quiet, timeout time.Duration, done func(context.Context) (bool, error)) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for {
-		// The runner's timers restart with each RunUntilIdle; sweep once
-		// here so due work (deletions, closed ranges) is found even when
-		// quiet is shorter than the sweep interval — then let what it sent
-		// drain before looking.
-		if err := p.Sweep(ctx); err != nil {
-			p.opts.Logger.WarnContext(ctx, "sweep failed while settling", "err", err)
-		}
-		if err := p.Runner.RunUntilIdle(ctx, quiet); err != nil {
-			return fmt.Errorf("localrun: pipeline did not settle: %w", err)
-		}
-		ok, err := done(ctx)
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("localrun: pipeline did not settle within %v", timeout)
-		}
-	}
+	return localpipeline.New(clients, cfg, d.Resources, opts)
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/oklog/ulid/v2"
 	"github.com/sluice-dev/sluice/localstack/envtest"
 	"github.com/sluice-dev/sluice/localstack/provision"
-	"github.com/sluice-dev/sluice/localstack/runner"
+	"github.com/sluice-dev/sluice/shared/eventsource"
 	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/s3event"
 	"github.com/sluice-dev/sluice/shared/spec"
@@ -39,7 +39,7 @@ func TestProvisionIsIdempotentAndNotifies(t *testing.T) {
 	if !maps.Equal(again.Env(), d.Env()) || !maps.Equal(again.DLQURLs, d.DLQURLs) {
 		t.Errorf("second Provision returned %+v, first %+v", again, d)
 	}
-	if n, err := runner.Pending(ctx, env.Clients.SQS, d.QueueURLs[spec.BlockEvents]); err != nil || n != 0 {
+	if n, err := eventsource.Pending(ctx, env.Clients.SQS, d.QueueURLs[spec.BlockEvents]); err != nil || n != 0 {
 		t.Errorf("block-events holds %d messages (%v) after a re-provision, want 0 (no second s3:TestEvent)", n, err)
 	}
 

@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/sluice-dev/sluice/localstack/localrun"
-	"github.com/sluice-dev/sluice/localstack/runner"
+	"github.com/sluice-dev/sluice/shared/eventsource"
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/stream"
@@ -23,7 +23,7 @@ import (
 // the invariants hold.
 func TestEveryMessageTwice(t *testing.T) {
 	t.Parallel()
-	twice := func(_ string, h runner.Handler) runner.Handler {
+	twice := func(_ string, h eventsource.Handler) eventsource.Handler {
 		return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 			first, err := h(ctx, ev)
 			if err != nil {

@@ -20,7 +20,7 @@ import (
 )
 
 // The AWS limits the emulator does not enforce are enforced between the
-// pipeline and it (localstack/awslimits; CheckQuiescent fails on any
+// pipeline and it (shared/awslimits; CheckQuiescent fails on any
 // refusal): these tests run what used to break them.
 
 // TestLongTenantEndToEnd: a tenant id of 150 characters (the longest

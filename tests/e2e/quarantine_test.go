@@ -16,7 +16,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/sluice-dev/sluice/localstack/localrun"
-	"github.com/sluice-dev/sluice/localstack/runner"
+	"github.com/sluice-dev/sluice/shared/eventsource"
 	"github.com/sluice-dev/sluice/shared/blockgen"
 	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/blockmeta"
@@ -126,7 +126,7 @@ func TestJobPastItsDeadlineIsQuarantinedGroup(t *testing.T) {
 	var jobs atomic.Int32
 	w := testworld.New(t, testworld.Options{
 		Configure: func(c *config.Config) { c.DeadlineMargin = time.Minute },
-		Pipeline: localrun.Options{Wrap: func(name string, h runner.Handler) runner.Handler {
+		Pipeline: localrun.Options{Wrap: func(name string, h eventsource.Handler) eventsource.Handler {
 			if name != "compact" {
 				return h
 			}

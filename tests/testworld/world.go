@@ -23,7 +23,7 @@ import (
 
 	"github.com/sluice-dev/sluice/localstack/envtest"
 	"github.com/sluice-dev/sluice/localstack/localrun"
-	"github.com/sluice-dev/sluice/localstack/runner"
+	"github.com/sluice-dev/sluice/shared/eventsource"
 	"github.com/sluice-dev/sluice/shared/awsenv"
 	"github.com/sluice-dev/sluice/shared/blockgen"
 	"github.com/sluice-dev/sluice/shared/blockkey"
@@ -229,7 +229,7 @@ func (w *World) Blocks(ctx context.Context, tenant string) []records.Block {
 // states, nothing waiting for its deletion delay.
 func (w *World) Quiescent(ctx context.Context, tenants ...string) (bool, error) {
 	for _, url := range w.Env.Deployment.QueueURLs {
-		n, err := runner.Pending(ctx, w.Env.Clients.SQS, url)
+		n, err := eventsource.Pending(ctx, w.Env.Clients.SQS, url)
 		if err != nil || n > 0 {
 			return false, err
 		}

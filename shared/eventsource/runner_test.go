@@ -1,4 +1,4 @@
-package runner_test
+package eventsource_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/sluice-dev/sluice/localstack/envtest"
-	"github.com/sluice-dev/sluice/localstack/runner"
+	"github.com/sluice-dev/sluice/shared/eventsource"
 	"github.com/sluice-dev/sluice/shared/spec"
 )
 
@@ -68,7 +68,7 @@ func send(t *testing.T, c *sqs.Client, url, group string, bodies ...string) {
 	}
 }
 
-func runUntilIdle(t *testing.T, r *runner.Runner, limit time.Duration) {
+func runUntilIdle(t *testing.T, r *eventsource.Runner, limit time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), limit)
 	defer cancel()
@@ -172,7 +172,7 @@ func TestFIFOOneBatchPerGroupInOrder(t *testing.T) {
 		ov.leave()
 		return events.SQSEventResponse{}, nil
 	}
-	r := runner.New(env.Clients.SQS, env.Logger, runner.Source{
+	r := eventsource.New(env.Clients.SQS, env.Logger, eventsource.Source{
 		Name: "ops", QueueURL: url, FIFO: true, BatchSize: 3, MaxConcurrency: 4, Handler: h,
 	})
 	runUntilIdle(t, r, runLimit)
@@ -244,7 +244,7 @@ func TestPartialFailure(t *testing.T) {
 				}
 				return resp, nil
 			}
-			r := runner.New(env.Clients.SQS, env.Logger, runner.Source{
+			r := eventsource.New(env.Clients.SQS, env.Logger, eventsource.Source{
 				Name: "src", QueueURL: url, FIFO: tc.fifo, BatchSize: 10, MaxConcurrency: 2, Handler: h, RetryAfter: retryAfter,
 			})
 			runUntilIdle(t, r, failureRunLimit)
@@ -303,7 +303,7 @@ func TestHandlerErrorAndPanicFailTheBatch(t *testing.T) {
 		}
 		return events.SQSEventResponse{}, nil
 	}
-	r := runner.New(env.Clients.SQS, env.Logger, runner.Source{Name: "src", QueueURL: url, BatchSize: 10, MaxConcurrency: 1, Handler: h, RetryAfter: retryAfter})
+	r := eventsource.New(env.Clients.SQS, env.Logger, eventsource.Source{Name: "src", QueueURL: url, BatchSize: 10, MaxConcurrency: 1, Handler: h, RetryAfter: retryAfter})
 	runUntilIdle(t, r, failureRunLimit)
 	for _, b := range []string{"a", "b", "c"} {
 		if deliveries[b] < 2 {
@@ -345,7 +345,7 @@ func TestPoisonMessageGoesToDLQ(t *testing.T) {
 				}
 				return resp, nil
 			}
-			r := runner.New(env.Clients.SQS, env.Logger, runner.Source{
+			r := eventsource.New(env.Clients.SQS, env.Logger, eventsource.Source{
 				Name: "src", QueueURL: d.QueueURLs[tc.queue], FIFO: tc.group != "", BatchSize: 1, MaxConcurrency: 2, Handler: h, RetryAfter: retryAfter,
 			})
 			runUntilIdle(t, r, failureRunLimit)
@@ -402,7 +402,7 @@ func TestStandardQueueSpreadsBatches(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 		return events.SQSEventResponse{}, nil
 	}
-	r := runner.New(env.Clients.SQS, env.Logger, runner.Source{Name: "events", QueueURL: url, BatchSize: 2, MaxConcurrency: limit, Handler: h})
+	r := eventsource.New(env.Clients.SQS, env.Logger, eventsource.Source{Name: "events", QueueURL: url, BatchSize: 2, MaxConcurrency: limit, Handler: h})
 	runUntilIdle(t, r, runLimit)
 	if handled != len(bodies) {
 		t.Errorf("handled %d messages, want %d", handled, len(bodies))
@@ -421,7 +421,7 @@ func TestTimerFeedsTheQueue(t *testing.T) {
 	url := env.Deployment.QueueURLs[spec.CleanerEvents]
 	var mu sync.Mutex
 	ticks, handled := 0, 0
-	r := runner.New(env.Clients.SQS, env.Logger, runner.Source{
+	r := eventsource.New(env.Clients.SQS, env.Logger, eventsource.Source{
 		Name: "cleaner", QueueURL: url, FIFO: true, Handler: func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 			mu.Lock()
 			handled += len(ev.Records)

@@ -1,7 +1,8 @@
-// Package runner is the local event-source runner: Lambda does not run in
-// the emulator, so this polls each queue with the semantics of Lambda's SQS
-// event source mapping and calls the same handler functions in-process
-// (DESIGN.md §7).
+// Package eventsource is Lambda's SQS event source mapping, in a process:
+// it polls each queue with the event source's semantics and calls the same
+// handler functions in-process. Lambda does not run in the emulator, so
+// the local platform's tests and demo run the pipeline through it; `sluice
+// run` does the same against any deployment, the emulator's or AWS's.
 //
 // What it reproduces, because Sluice's correctness depends on it:
 //
@@ -23,7 +24,7 @@
 //
 // Like Lambda, it does not extend visibility while a handler runs: a handler
 // slower than the visibility timeout sees its messages again.
-package runner
+package eventsource
 
 import (
 	"context"
