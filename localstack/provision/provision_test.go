@@ -14,8 +14,8 @@ import (
 	"github.com/oklog/ulid/v2"
 	"github.com/sluice-dev/sluice/localstack/envtest"
 	"github.com/sluice-dev/sluice/localstack/provision"
-	"github.com/sluice-dev/sluice/shared/eventsource"
 	"github.com/sluice-dev/sluice/shared/blockkey"
+	"github.com/sluice-dev/sluice/shared/eventsource"
 	"github.com/sluice-dev/sluice/shared/s3event"
 	"github.com/sluice-dev/sluice/shared/spec"
 )
