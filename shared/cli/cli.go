@@ -135,8 +135,15 @@ func Main(ctx context.Context, io IO, args []string) int {
 	if io.Stderr == nil {
 		io.Stderr = os.Stderr
 	}
+	// Global flags may come before the command, as in 'sluice --env-file
+	// .sluice/demo.env verify': they are handed to the command as its own.
+	leading, args := leadingCommonFlags(args)
 	if len(args) == 0 {
-		fmt.Fprint(io.Stderr, overview())
+		if len(leading) > 0 {
+			fmt.Fprintf(io.Stderr, "%s: %s given, but no command. Run '%s --help' for the list.\n", programName, strings.Join(leading, " "), programName)
+		} else {
+			fmt.Fprint(io.Stderr, overview())
+		}
 		return ExitUsage
 	}
 	name := args[0]
@@ -161,7 +168,31 @@ func Main(ctx context.Context, io IO, args []string) int {
 		fmt.Fprintf(io.Stderr, "%s: unknown command %q. Run '%s --help' for the list.\n", programName, name, programName)
 		return ExitUsage
 	}
-	return report(io, c, c.execute(ctx, io, args[1:]))
+	if len(leading) > 0 && !c.aws {
+		fmt.Fprintf(io.Stderr, "%s %s: takes none of %s\n", programName, c.name, strings.Join(leading, " "))
+		return ExitUsage
+	}
+	return report(io, c, c.execute(ctx, io, append(leading, args[1:]...)))
+}
+
+// leadingCommonFlags splits off the common flags (--endpoint, --bucket,
+// --table, --prefix, --env-file, as -name or --name, with =value or the
+// next argument) that come before the command.
+func leadingCommonFlags(args []string) (flags, rest []string) {
+	for len(args) > 0 {
+		a := args[0]
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || a == "-" || a == "--" || !commonFlagNames[name] {
+			break
+		}
+		flags = append(flags, a)
+		args = args[1:]
+		if !hasValue && len(args) > 0 {
+			flags = append(flags, args[0])
+			args = args[1:]
+		}
+	}
+	return flags, args
 }
 
 // report prints err as one line and picks the exit code.

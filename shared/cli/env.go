@@ -189,7 +189,30 @@ func explain(err error) error {
 		}
 		return &UnreachableError{Endpoint: ep, Err: err}
 	}
+	if what, missing := missingResource(err); missing {
+		return fmt.Errorf("%w — the %s does not exist. The local emulator forgets everything when it restarts: "+
+			"run 'make demo' or 'bin/sluice-local provision' again; against AWS, check that --env-file or the SLUICE_* settings name your deployment",
+			shortenAWS(err), what)
+	}
 	return shortenAWS(err)
+}
+
+// missingResource tells AWS's answers for a table, bucket or queue that is
+// not there.
+func missingResource(err error) (string, bool) {
+	var api smithy.APIError
+	if !errors.As(err, &api) {
+		return "", false
+	}
+	switch api.ErrorCode() {
+	case "ResourceNotFoundException":
+		return "table", true
+	case "NoSuchBucket":
+		return "bucket", true
+	case "AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist":
+		return "queue", true
+	}
+	return "", false
 }
 
 // shortenAWS replaces the SDK's long "operation error S3: GetObject, https

@@ -44,8 +44,17 @@ A block whose meta.json is already in the bucket is skipped (a shipper
 uploads a block once); --force uploads it again, which Sluice recognises as a
 re-upload and cleans up, never compacting it twice.
 
+A DIR that is not a block but holds blocks — a Prometheus data directory,
+a Thanos sidecar's (the same), a Thanos receive tenant's directory — is
+uploaded block by block: every complete <ULID>/ in it. What is not a block
+is skipped with a line saying why: wal/ and chunks_head/ (the head, not
+yet a block), lock and queries.active, temporary *.tmp* directories (a
+compaction or deletion in progress), a <ULID>/ without meta.json (still
+being written) and anything else.
+
 Examples:
-  sluice gen /tmp/blocks && sluice upload --tenant team-a /tmp/blocks/*
+  sluice gen /tmp/blocks && sluice upload --tenant team-a /tmp/blocks
+  sluice upload --tenant team-a /var/lib/prometheus/data
   sluice upload --tenant team-a ./data/01HV3Q6Z0V6F3G7Y3SE2N4X3QK`,
 		setup: func(fs *flag.FlagSet) runFunc {
 			tenant := fs.String("tenant", "", "tenant to upload to (SLUICE_TENANT); required for a multi-tenant bucket")
@@ -64,7 +73,13 @@ Examples:
 						return usagef("tenant %q: %v", t, err)
 					}
 				}
-				blocks, err := CheckBlockDirs(args)
+				dirs, err := ExpandDataDirs(args, func(path, why string) {
+					fmt.Fprintf(e.Stdout, "skipping %s: %s\n", path, why)
+				})
+				if err != nil {
+					return err
+				}
+				blocks, err := CheckBlockDirs(dirs)
 				if err != nil {
 					return err
 				}
@@ -75,7 +90,7 @@ Examples:
 				if cfg.Layout.SingleTenant == "" && t == "" {
 					return usagef("--tenant is required: the bucket is multi-tenant (<tenant>/<ULID>/...)")
 				}
-				opts := UploadOptions{Bucket: cfg.Bucket, Layout: cfg.Layout, Tenant: t, Dirs: args, Force: *force}
+				opts := UploadOptions{Bucket: cfg.Bucket, Layout: cfg.Layout, Tenant: t, Dirs: dirs, Force: *force}
 				if !*quiet {
 					opts.Progress = e.progress()
 				}
@@ -241,6 +256,72 @@ func stripPrefix(err error) string {
 func isULID(s string) bool {
 	_, err := ulid.ParseStrict(s)
 	return err == nil
+}
+
+// ExpandDataDirs replaces every directory of dirs that is not a block but
+// holds blocks (a Prometheus data directory) by the complete blocks in it,
+// in name (ULID, so time) order, and tells skipped what it left out and
+// why. A block directory, and a path that is neither, are kept as given
+// (CheckBlockDirs says what is wrong with the latter). A data directory
+// without a single complete block is refused.
+func ExpandDataDirs(dirs []string, skipped func(path, why string)) ([]string, error) {
+	var out []string
+	for _, d := range dirs {
+		if !isDataDir(d) {
+			out = append(out, d)
+			continue
+		}
+		entries, err := os.ReadDir(d)
+		if err != nil {
+			return nil, refusef("read %s: %v", d, err)
+		}
+		found := 0
+		for _, en := range entries {
+			path := filepath.Join(d, en.Name())
+			if why := notABlock(path, en); why != "" {
+				skipped(path, why)
+				continue
+			}
+			out = append(out, path)
+			found++
+		}
+		if found == 0 {
+			return nil, refusef("%s is not a block (no meta.json) and holds no complete block (<ULID>/ with meta.json)", d)
+		}
+	}
+	return out, nil
+}
+
+// isDataDir reports a directory without meta.json of its own.
+func isDataDir(d string) bool {
+	st, err := os.Stat(d)
+	if err != nil || !st.IsDir() {
+		return false
+	}
+	_, err = os.Stat(filepath.Join(d, blockmeta.MetaFilename))
+	return errors.Is(err, fs.ErrNotExist)
+}
+
+// notABlock says why an entry of a data directory is no block to upload
+// ("" for a complete block).
+func notABlock(path string, en fs.DirEntry) string {
+	name := en.Name()
+	switch {
+	case name == "wal" || name == "chunks_head":
+		return "the head's " + name + "/ (samples not yet cut into a block)"
+	case name == "lock" || name == "queries.active":
+		return "Prometheus' " + name + " file"
+	case strings.Contains(name, ".tmp"):
+		return "a temporary directory (a compaction or deletion in progress)"
+	case !en.IsDir():
+		return "not a directory"
+	case !isULID(name):
+		return "not a block directory (its name is no ULID)"
+	}
+	if _, err := os.Stat(filepath.Join(path, blockmeta.MetaFilename)); err != nil {
+		return "no meta.json: an incomplete block (still being written?)"
+	}
+	return ""
 }
 
 // CheckBlockDirs checks every directory first; any invalid one refuses

@@ -194,6 +194,32 @@ func TestUploadCommand(t *testing.T) {
 		}
 	})
 
+	t.Run("a Prometheus data directory: its complete blocks, the rest skipped", func(t *testing.T) {
+		data := promDataDir(t, dirs[:2])
+		r := w.run("upload", "--quiet", "--tenant", "team-c", data)
+		r.wantCode(t, 0)
+		for _, want := range []string{"uploaded 2 block(s) of tenant team-c",
+			"skipping " + filepath.Join(data, "wal") + ": the head's wal/",
+			"skipping " + filepath.Join(data, "chunks_head") + ": the head's chunks_head/",
+			"skipping " + filepath.Join(data, "lock") + ": Prometheus' lock file",
+			"skipping " + filepath.Join(data, "01HK1BZM80NYSP3QAS7RW35VJW.tmp-for-creation") + ": a temporary directory",
+			"skipping " + filepath.Join(data, "01HK1BZM80NYSP3QAS7RW35VJX") + ": no meta.json: an incomplete block",
+		} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("upload output lacks %q:\n%s", want, r.stdout)
+			}
+		}
+		vs, err := ListVersions(context.Background(), w.env.Clients.S3, w.env.Deployment.Bucket, "team-c/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vs {
+			if strings.Contains(v.Key, "wal") || strings.Contains(v.Key, "tmp") || strings.Contains(v.Key, "VJX") || strings.Contains(v.Key, "lock") {
+				t.Errorf("uploaded %s, which is no complete block's", v.Key)
+			}
+		}
+	})
+
 	t.Run("refuses a bad tenant name", func(t *testing.T) {
 		r := w.run("upload", "--tenant", "team/a", dirs[0])
 		r.wantCode(t, 2)
@@ -263,6 +289,50 @@ func copyDir(t *testing.T, from, to string) {
 			return err
 		}
 		return os.WriteFile(dst, b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// promDataDir lays blocks out as a Prometheus server's data directory:
+// the blocks, and beside them the head (wal/, chunks_head/), the lock
+// file, a compaction's temporary directory and a block still being
+// written (no meta.json yet).
+func promDataDir(t *testing.T, blocks []string) string {
+	t.Helper()
+	data := t.TempDir()
+	for _, b := range blocks {
+		copyTree(t, b, filepath.Join(data, filepath.Base(b)))
+	}
+	for _, d := range []string{"wal", "chunks_head", "01HK1BZM80NYSP3QAS7RW35VJW.tmp-for-creation", "01HK1BZM80NYSP3QAS7RW35VJX/chunks"} {
+		if err := os.MkdirAll(filepath.Join(data, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"lock", "wal/00000000", "01HK1BZM80NYSP3QAS7RW35VJX/index"} {
+		if err := os.WriteFile(filepath.Join(data, f), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return data
+}
+
+func copyTree(t *testing.T, from, to string) {
+	t.Helper()
+	err := filepath.Walk(from, func(path string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(from, path)
+		if info.IsDir() {
+			return os.MkdirAll(filepath.Join(to, rel), 0o755)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(to, rel), b, 0o644)
 	})
 	if err != nil {
 		t.Fatal(err)
