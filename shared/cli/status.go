@@ -224,7 +224,7 @@ type SQSAPI interface {
 // blockStates in the order status shows them.
 var blockStates = []records.BlockState{
 	records.BlockLive, records.BlockClaimed, records.BlockRetiring, records.BlockPending,
-	records.BlockDeleted, records.BlockDiscarded, records.BlockRejected,
+	records.BlockDeleted, records.BlockDiscarded, records.BlockRejected, records.BlockQuarantined,
 }
 
 // GatherStatus reads the report.
