@@ -10,7 +10,7 @@ PLATFORM_PKGS := ./localstack/... ./shared/eventsource/... ./shared/s3event/... 
 
 ## provision: create (or converge) a deployment named PREFIX in the emulator; prints its environment: eval "$$(make -s provision)"
 provision:
-	@$(GO) run ./localstack/cmd/sluice-provision -prefix $(PREFIX)
+	@$(GO) run ./localstack/cmd/sluice-local provision --name $(PREFIX) --exports
 
 ## reset: forget every bucket, table and queue in the running emulator
 reset:

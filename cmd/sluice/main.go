@@ -1,5 +1,7 @@
-// Command sluice uploads, inspects, verifies and repairs a Sluice
-// deployment, and runs the local demo. Run 'sluice --help'.
+// Command sluice uploads, inspects, verifies, runs and repairs a Sluice
+// deployment. Run 'sluice --help'. The local platform's own commands
+// (provision, demo) are in bin/sluice-local (localstack/cmd/sluice-local):
+// this binary links no emulator code.
 package main
 
 import (
@@ -9,7 +11,6 @@ import (
 	"syscall"
 
 	"github.com/sluice-dev/sluice/shared/cli"
-	_ "github.com/sluice-dev/sluice/shared/cli/demo" // sluice demo
 )
 
 func main() {

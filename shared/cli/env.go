@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -69,6 +70,10 @@ func (e *Env) Getenv(name string) string {
 	}
 	return e.IO.getenv(name)
 }
+
+// Set sets a setting for the rest of the command, as a flag would; it
+// must come before Clients is first called to change the clients.
+func (e *Env) Set(name, value string) { e.vars[name] = value }
 
 // Endpoint is the AWS endpoint in use ("" = AWS itself).
 func (e *Env) Endpoint() string { return e.Getenv("AWS_ENDPOINT_URL") }
@@ -278,6 +283,9 @@ func ReadEnvFile(path string) (map[string]string, error) {
 // WriteEnvFile writes settings as shell exports, sorted, so that both
 // 'source FILE' and '--env-file FILE' read them.
 func WriteEnvFile(path string, vars map[string]string, comment string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
 	var b strings.Builder
 	for _, l := range strings.Split(strings.TrimSpace(comment), "\n") {
 		if l != "" {

@@ -19,7 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/localstack/envtest"
 	"github.com/sluice-dev/sluice/shared/awsenv"
 	"github.com/sluice-dev/sluice/shared/cli"
-	"github.com/sluice-dev/sluice/shared/cli/demo"
+	"github.com/sluice-dev/sluice/localstack/demo"
 	"github.com/sluice-dev/sluice/shared/records"
 )
 
