@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/config"
 	"github.com/sluice-dev/sluice/shared/eventsource"
 	"github.com/sluice-dev/sluice/shared/localpipeline"
+	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/spec"
 )
@@ -313,6 +314,7 @@ func NothingToDoNow(ctx context.Context, st *records.Store, now time.Time) (idle
 		}
 		perTenant := map[string]int{}
 		first := map[string]time.Time{}
+		ranges := map[string]time.Time{}
 		for _, e := range entries {
 			if !e.Due.After(now) {
 				return false, nil, nil // due now: the next sweep does it
@@ -321,10 +323,29 @@ func NothingToDoNow(ctx context.Context, st *records.Store, now time.Time) (idle
 			if f, ok := first[e.Tenant]; !ok || e.Due.Before(f) {
 				first[e.Tenant] = e.Due
 			}
-			if k == records.AgendaRange {
-				waiting = append(waiting, fmt.Sprintf("%s: a range not covered yet (group %s) closes at %s and is compacted then",
-					e.Tenant, e.Subject, e.Due.UTC().Format(time.DateTime)))
+			if k != records.AgendaRange {
+				continue
 			}
+			// A range re-checked when it closes; one that has been
+			// compacted since needs no line (its re-check finds nothing).
+			g, err := planning.ParseGroupKey(e.Subject)
+			if err != nil {
+				continue
+			}
+			if _, planned, err := st.GetGroup(ctx, e.Tenant, g); err != nil {
+				return false, nil, err
+			} else if planned {
+				continue
+			}
+			name := e.Tenant + "/" + e.Subject
+			if at, ok := ranges[name]; !ok || e.Due.After(at) {
+				ranges[name] = e.Due
+			}
+		}
+		for _, name := range sortedKeys(ranges) {
+			tenant, group, _ := strings.Cut(name, "/")
+			waiting = append(waiting, fmt.Sprintf("%s: a range not covered yet (group %s) closes at %s and is compacted then",
+				tenant, group, ranges[name].UTC().Format(time.DateTime)))
 		}
 		if k == records.AgendaDelete {
 			for _, t := range sortedKeys(perTenant) {
