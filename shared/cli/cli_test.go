@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -84,4 +86,28 @@ func TestGenCommand(t *testing.T) {
 		r.wantOneLineError(t, "is not a directory")
 		runWith(t, nil, "gen").wantCode(t, 2)
 	})
+}
+
+// TestCommonFlagsBeforeTheCommand: the common flags may come before the
+// command, as README and the demo print them; other flags may not.
+func TestCommonFlagsBeforeTheCommand(t *testing.T) {
+	for _, tc := range []struct {
+		args        []string
+		flags, rest []string
+	}{
+		{[]string{"--env-file", ".sluice/demo.env", "verify"}, []string{"--env-file", ".sluice/demo.env"}, []string{"verify"}},
+		{[]string{"--env-file=x", "-bucket", "b", "status", "--json"}, []string{"--env-file=x", "-bucket", "b"}, []string{"status", "--json"}},
+		{[]string{"status", "--env-file", "x"}, nil, []string{"status", "--env-file", "x"}},
+		{[]string{"--json", "status"}, nil, []string{"--json", "status"}},
+		{[]string{"--endpoint"}, []string{"--endpoint"}, nil},
+	} {
+		flags, rest := leadingCommonFlags(tc.args)
+		if !slices.Equal(flags, tc.flags) || !slices.Equal(rest, tc.rest) {
+			t.Errorf("leadingCommonFlags(%q) = %q, %q; want %q, %q", tc.args, flags, rest, tc.flags, tc.rest)
+		}
+	}
+	var out, errb strings.Builder
+	if code := Main(context.Background(), IO{Stdout: &out, Stderr: &errb}, []string{"--bucket", "b", "gen", t.TempDir()}); code != ExitUsage {
+		t.Errorf("a common flag before a command without them: exit %d, want %d (%s)", code, ExitUsage, errb.String())
+	}
 }

@@ -133,3 +133,18 @@ func lineWith(out, sub string) string {
 	}
 	return ""
 }
+
+// TestMissingDeploymentSaysWhatToRun: after the emulator restarted (it
+// forgets everything), a deployment's table and queues are gone; status
+// says so and what to run, in one line.
+func TestMissingDeploymentSaysWhatToRun(t *testing.T) {
+	w := newWorld(t)
+	vars := map[string]string{}
+	for k, v := range w.vars {
+		vars[k] = v
+	}
+	vars["SLUICE_TABLE"] = "forgotten-state"
+	r := runWith(t, vars, "status")
+	r.wantCode(t, 1)
+	r.wantOneLineError(t, "ResourceNotFoundException", "the table does not exist", "forgets everything when it restarts", "sluice-local provision")
+}
