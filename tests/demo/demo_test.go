@@ -16,10 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/localstack/demo"
 	"github.com/sluice-dev/sluice/localstack/envtest"
 	"github.com/sluice-dev/sluice/shared/awsenv"
 	"github.com/sluice-dev/sluice/shared/cli"
-	"github.com/sluice-dev/sluice/localstack/demo"
 	"github.com/sluice-dev/sluice/shared/records"
 )
 

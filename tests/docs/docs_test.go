@@ -156,7 +156,7 @@ func promtoolDir(t *testing.T) string {
 // text — what `promtool tsdb create-blocks-from openmetrics` takes.
 func writeOpenMetrics(t *testing.T, path string) {
 	t.Helper()
-	start := time.Now().UTC().Truncate(24*time.Hour).Add(-48*time.Hour).Unix()
+	start := time.Now().UTC().Truncate(24 * time.Hour).Add(-48 * time.Hour).Unix()
 	var b strings.Builder
 	b.WriteString("# HELP http_requests_total Requests served.\n# TYPE http_requests_total counter\n")
 	for inst := range 20 {
