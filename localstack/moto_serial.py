@@ -4,7 +4,7 @@
 moto's threaded server runs every request on its own thread, and moto's
 backends check a condition and then write without holding a lock. Under
 concurrent requests two writers can both see "attribute_not_exists" and both
-win (DESIGN.md §7 measured 1-5 double winners per 100 contended keys). Sluice's
+win (docs/design.md §7 measured 1-5 double winners per 100 contended keys). Sluice's
 whole protocol rests on conditional writes having exactly one winner, so this
 wrapper puts moto's WSGI app behind ONE lock for every request whose effect
 depends on a condition or on shared queue state:

@@ -9,7 +9,7 @@ export AWS_ENDPOINT_URL="${AWS_ENDPOINT_URL:-http://127.0.0.1:$SLUICE_EMULATOR_P
 export AWS_REGION="${AWS_REGION:-us-east-1}" AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-test}" AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-test}"
 GOTEST_FLAGS=${GOTEST_FLAGS:-}
 
-echo "== unit tests (no emulator)"
+echo "== unit tests and the in-memory tier (no emulator)"
 go test -short -count=1 $GOTEST_FLAGS ./...
 
 # The chaos run (tests/chaos, its first 30 seeds; more with `make chaos

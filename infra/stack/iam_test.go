@@ -117,7 +117,7 @@ func (t template) roleOf(fnID string) string {
 	return strings.TrimSuffix(strings.TrimPrefix(render(t.Resources[fnID].Properties["Role"]), "${"), ".Arn}")
 }
 
-// safetyProblems reports the grants that would break DESIGN.md's
+// safetyProblems reports the grants that would break docs/design.md's
 // guarantees whatever the spec says: only the uploader deletes objects or
 // writes meta.json and markers; planner and cleaner write no object;
 // compact writes only index and chunks; nobody scans; only the cleaner

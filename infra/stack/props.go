@@ -35,7 +35,7 @@ type Props struct {
 	Resources spec.Resources
 	// BucketName imports an existing bucket by name. Empty means the stack
 	// creates one, named <name>-blocks-<account>-<region>. An imported
-	// bucket must already have versioning on (DESIGN.md §1).
+	// bucket must already have versioning on (docs/design.md §1).
 	BucketName string
 	// KeyPrefix is where blocks live in the bucket: "" (the root) or a
 	// prefix ending in "/" (added if missing). It scopes the notification

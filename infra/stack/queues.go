@@ -10,7 +10,7 @@ import (
 
 // addQueues creates every queue of the spec with a dead-letter queue of the
 // same kind. FIFO queues use explicit deduplication ids (never
-// content-based, DESIGN.md §4) and high-throughput mode: deduplication and
+// content-based, docs/design.md §4) and high-throughput mode: deduplication and
 // throughput per message group.
 func (s *Sluice) addQueues(r spec.Resources) {
 	for _, q := range r.Queues {

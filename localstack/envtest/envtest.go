@@ -1,5 +1,5 @@
-// Package envtest gives an integration test its own Sluice deployment in the
-// local emulator.
+// Package envtest gives an integration test its own Sluice deployment, in
+// the local emulator or in the fast tier's in-memory AWS.
 //
 //	func TestSomething(t *testing.T) {
 //		env := envtest.New(t)
@@ -12,10 +12,17 @@
 // and block-events starts empty (the s3:TestEvent that configuring the
 // bucket's notification sends is purged).
 //
-// New skips under `go test -short`. When the emulator
-// (AWS_ENDPOINT_URL, default http://127.0.0.1:4566) does not answer, it
-// skips, or fails when SLUICE_REQUIRE_EMULATOR=1 (make test sets it, so CI
-// can never pass by skipping).
+// Where the deployment lives (Backend): under `go test -short`, in a
+// memaws.Cloud of the test's own — the real SDK clients talking to an
+// in-memory S3, SQS and DynamoDB in-process, in milliseconds; otherwise in
+// the emulator (AWS_ENDPOINT_URL, default http://127.0.0.1:4566).
+// SLUICE_BACKEND=memory or =emulator overrides the choice. A test that
+// proves something about the emulator itself, or that needs what only a
+// server on a port gives (another process, a CLI reading
+// AWS_ENDPOINT_URL), says so with EmulatorOnly and is skipped in memory.
+// When the emulator does not answer, New skips, or fails when
+// SLUICE_REQUIRE_EMULATOR=1 (make test sets it, so CI can never pass by
+// skipping).
 package envtest
 
 import (
@@ -32,13 +39,14 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/sluice-dev/sluice/localstack/memaws"
 	"github.com/sluice-dev/sluice/localstack/provision"
 	"github.com/sluice-dev/sluice/shared/awsenv"
 	"github.com/sluice-dev/sluice/shared/spec"
 )
 
 // DefaultEndpoint is where the emulator listens unless AWS_ENDPOINT_URL says
-// otherwise (DESIGN.md §7).
+// otherwise (docs/design.md §7).
 const DefaultEndpoint = "http://127.0.0.1:4566"
 
 // DefaultVisibilityTimeout is every test queue's visibility timeout unless
@@ -49,11 +57,41 @@ const DefaultEndpoint = "http://127.0.0.1:4566"
 // RetryAfter (testworld does).
 const DefaultVisibilityTimeout = 60 * time.Second
 
+// Backend is where a test's deployment lives.
+type Backend string
+
+const (
+	// Emulator is the local AWS emulator, over HTTP.
+	Emulator Backend = "emulator"
+	// Memory is an in-memory AWS of the test's own (localstack/memaws).
+	Memory Backend = "memory"
+)
+
+// BackendFor is the backend New gives tests: SLUICE_BACKEND when set,
+// else Memory under -short and Emulator otherwise.
+func BackendFor() Backend {
+	switch os.Getenv("SLUICE_BACKEND") {
+	case string(Memory):
+		return Memory
+	case string(Emulator):
+		return Emulator
+	}
+	if testing.Short() {
+		return Memory
+	}
+	return Emulator
+}
+
 // Env is one test's deployment and the clients to use it.
 type Env struct {
-	// Endpoint is the emulator's URL.
+	// Backend is where the deployment lives.
+	Backend Backend
+	// Endpoint is the emulator's URL (memaws.Endpoint in memory, where
+	// nothing listens: use NewClients, not the URL).
 	Endpoint string
-	// Clients talk to the emulator and count every request in Counter.
+	// Cloud is the in-memory AWS (nil on the emulator).
+	Cloud *memaws.Cloud
+	// Clients talk to the deployment and count every request in Counter.
 	Clients    *awsenv.Clients
 	Deployment provision.Deployment
 	Counter    *awsenv.RequestCounter
@@ -70,6 +108,8 @@ type options struct {
 	keep       bool
 	logLevel   slog.Level
 	endpoint   string
+	// emulatorOnly, when set, is why the test needs the emulator.
+	emulatorOnly string
 }
 
 // WithVisibilityTimeout sets every queue's visibility timeout (default
@@ -105,6 +145,10 @@ func WithLogLevel(l slog.Level) Option { return func(o *options) { o.logLevel = 
 // a run spread over several emulators (the chaos run) picks one per test.
 func WithEndpoint(url string) Option { return func(o *options) { o.endpoint = url } }
 
+// EmulatorOnly marks a test that needs the emulator (why: what it proves
+// about it, or what needs a server on a port); in memory it is skipped.
+func EmulatorOnly(why string) Option { return func(o *options) { o.emulatorOnly = why } }
+
 // Endpoint is the emulator's URL: AWS_ENDPOINT_URL or DefaultEndpoint.
 func Endpoint() string {
 	if e := os.Getenv("AWS_ENDPOINT_URL"); e != "" {
@@ -133,42 +177,32 @@ func Answers(ctx context.Context, endpoint string, timeout time.Duration) bool {
 // Resources are deleted when t ends, unless it failed or WithKeep was given.
 func New(t testing.TB, opts ...Option) *Env {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("integration test: skipped with -short")
-	}
 	o := options{visibility: DefaultVisibilityTimeout, logLevel: slog.LevelDebug}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	endpoint := Endpoint()
-	if o.endpoint != "" {
-		endpoint = o.endpoint
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	required := os.Getenv("SLUICE_REQUIRE_EMULATOR") == "1"
-	answers := Answers(ctx, endpoint, 2*time.Second)
-	// A required emulator that is busy (one Python process serving a
-	// loaded run) may take longer than one probe: ask again for a while
-	// before failing the test.
-	for deadline := time.Now().Add(30 * time.Second); !answers && required && time.Now().Before(deadline); {
-		time.Sleep(time.Second)
-		answers = Answers(ctx, endpoint, 5*time.Second)
-	}
-	if !answers {
-		msg := fmt.Sprintf("no emulator answers at %s (start it with `make up`)", endpoint)
-		if required {
-			t.Fatal(msg + "; SLUICE_REQUIRE_EMULATOR=1")
+	env := &Env{Backend: BackendFor(), Counter: awsenv.NewRequestCounter()}
+	if env.Backend == Memory {
+		if o.emulatorOnly != "" {
+			t.Skip("needs the emulator (" + o.emulatorOnly + "); the in-memory tier runs under -short")
 		}
-		t.Skip(msg)
+		env.Cloud = memaws.New(memaws.Options{})
+		env.Endpoint = memaws.Endpoint
+	} else {
+		env.Endpoint = Endpoint()
+		if o.endpoint != "" {
+			env.Endpoint = o.endpoint
+		}
+		requireEmulator(ctx, t, env.Endpoint)
 	}
-
-	logger := slog.New(slog.NewTextHandler(newTestWriter(t), &slog.HandlerOptions{Level: o.logLevel}))
-	counter := awsenv.NewRequestCounter()
-	clients, err := awsenv.Load(ctx, awsenv.Options{Endpoint: endpoint, Counter: counter})
+	env.Logger = slog.New(slog.NewTextHandler(newTestWriter(t), &slog.HandlerOptions{Level: o.logLevel}))
+	clients, err := env.NewClients(ctx, awsenv.Options{Counter: env.Counter})
 	if err != nil {
 		t.Fatalf("envtest: %v", err)
 	}
+	env.Clients = clients
 
 	r := spec.Default(uniquePrefix(t.Name()))
 	for i := range r.Queues {
@@ -188,9 +222,13 @@ func New(t testing.TB, opts ...Option) *Env {
 	if _, err := clients.SQS.PurgeQueue(ctx, &sqs.PurgeQueueInput{QueueUrl: aws.String(d.QueueURLs[spec.BlockEvents])}); err != nil {
 		t.Fatalf("envtest: purge %s: %v", d.QueueURLs[spec.BlockEvents], err)
 	}
-	logger.Debug("envtest: provisioned", "prefix", r.Prefix, "took", time.Since(start).Round(time.Millisecond))
+	env.Deployment = d
+	env.Logger.Debug("envtest: provisioned", "prefix", r.Prefix, "backend", env.Backend, "took", time.Since(start).Round(time.Millisecond))
 
 	t.Cleanup(func() {
+		if env.Backend == Memory {
+			return // the Cloud goes with the test
+		}
 		if o.keep || t.Failed() {
 			t.Logf("envtest: kept resources under prefix %s", r.Prefix)
 			return
@@ -201,7 +239,40 @@ func New(t testing.TB, opts ...Option) *Env {
 			t.Logf("envtest: teardown %s: %v", r.Prefix, err)
 		}
 	})
-	return &Env{Endpoint: endpoint, Clients: clients, Deployment: d, Counter: counter, Logger: logger}
+	return env
+}
+
+// NewClients builds another set of clients for the deployment (opts'
+// Endpoint and HTTPClient are set here): a test that wants its own retry
+// settings or request counter uses it.
+func (e *Env) NewClients(ctx context.Context, opts awsenv.Options) (*awsenv.Clients, error) {
+	opts.Endpoint = e.Endpoint
+	if e.Cloud != nil {
+		opts.HTTPClient = e.Cloud
+	}
+	return awsenv.Load(ctx, opts)
+}
+
+// requireEmulator skips or fails t (see the package doc) unless the
+// emulator at endpoint answers.
+func requireEmulator(ctx context.Context, t testing.TB, endpoint string) {
+	t.Helper()
+	required := os.Getenv("SLUICE_REQUIRE_EMULATOR") == "1"
+	answers := Answers(ctx, endpoint, 2*time.Second)
+	// A required emulator that is busy (one Python process serving a
+	// loaded run) may take longer than one probe: ask again for a while
+	// before failing the test.
+	for deadline := time.Now().Add(30 * time.Second); !answers && required && time.Now().Before(deadline); {
+		time.Sleep(time.Second)
+		answers = Answers(ctx, endpoint, 5*time.Second)
+	}
+	if !answers {
+		msg := fmt.Sprintf("no emulator answers at %s (start it with `make up`)", endpoint)
+		if required {
+			t.Fatal(msg + "; SLUICE_REQUIRE_EMULATOR=1")
+		}
+		t.Skip(msg)
+	}
 }
 
 // uniquePrefix is a valid resource prefix that names the test and cannot

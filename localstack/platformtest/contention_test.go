@@ -25,7 +25,7 @@ const (
 // keys with an attribute_not_exists put, as Sluice's claims, leases and
 // commits do, and checks that every key has exactly one winner and that
 // the stored item is the winner's. moto's threaded server alone fails this
-// (DESIGN.md §7); moto_serial.py must make it pass.
+// (docs/design.md §7); moto_serial.py must make it pass.
 func TestConditionalPutHasOneWinner(t *testing.T) {
 	env := envtest.New(t)
 	ddb, table := env.Clients.DynamoDB, env.Deployment.Table

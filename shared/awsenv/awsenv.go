@@ -34,6 +34,10 @@ type Options struct {
 	Counter *RequestCounter
 	// MaxAttempts overrides the SDK's retry attempts when > 0.
 	MaxAttempts int
+	// HTTPClient, when non-nil, carries every request instead of the
+	// SDK's default client: the fast test tier's in-memory AWS
+	// (localstack/memaws) answers requests this way, without a socket.
+	HTTPClient aws.HTTPClient
 }
 
 // Load builds clients from the environment. Outside AWS with an endpoint set
@@ -63,6 +67,11 @@ func Load(ctx context.Context, opts Options) (*Clients, error) {
 	cfg, err := config.LoadDefaultConfig(ctx, loaders...)
 	if err != nil {
 		return nil, fmt.Errorf("load AWS config: %w", err)
+	}
+	if opts.HTTPClient != nil {
+		// Set after loading: the loader would wrap a CA bundle from the
+		// environment (AWS_CA_BUNDLE) around the SDK's own client only.
+		cfg.HTTPClient = opts.HTTPClient
 	}
 	if opts.Counter != nil {
 		opts.Counter.Attach(&cfg)

@@ -1,5 +1,5 @@
 // Package blockkey maps S3 object keys to blocks and back: the bucket layout
-// of DESIGN.md §1, which Thanos, Cortex and Mimir share.
+// of docs/design.md §1, which Thanos, Cortex and Mimir share.
 //
 //	[<prefix>/]<tenant>/<ULID>/<file>     multi-tenant (Cortex, Mimir)
 //	[<prefix>/]<ULID>/<file>              Thanos single-tenant bucket
@@ -115,7 +115,7 @@ type Key struct {
 }
 
 // BlockPrefix is the key prefix of the block's directory, ending in "/":
-// the only prefix Sluice ever lists (DESIGN.md §4, request economy).
+// the only prefix Sluice ever lists (docs/design.md §4, request economy).
 func (k Key) BlockPrefix() string {
 	if k.Layout.SingleTenant != "" {
 		return k.Layout.root() + k.Block.String() + "/"
@@ -131,7 +131,7 @@ func (k Key) Object(file string) string { return k.BlockPrefix() + file }
 func (k Key) String() string { return k.Object(k.File) }
 
 // BlockKey is "<tenant>/<ULID>": the block's identity across layouts, and
-// the MessageGroupId of its block ops (DESIGN.md §2).
+// the MessageGroupId of its block ops (docs/design.md §2).
 func (k Key) BlockKey() string { return k.Tenant + "/" + k.Block.String() }
 
 // Parse maps an object key to the block file it names.

@@ -17,6 +17,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
 )
 
 // IO is the command's world: arguments arrive through Main, everything
@@ -29,6 +31,9 @@ type IO struct {
 	// Progress receives progress bars; nil means Stderr. Tests pass
 	// io.Discard.
 	Progress io.Writer
+	// HTTPClient, when non-nil, carries every AWS request (no endpoint is
+	// probed): tests run commands against the in-memory tier this way.
+	HTTPClient aws.HTTPClient
 }
 
 func (o IO) getenv(name string) string {

@@ -116,12 +116,12 @@ func (e *Env) Clients(ctx context.Context) (*awsenv.Clients, error) {
 		return e.clients, nil
 	}
 	ep := e.Endpoint()
-	if ep != "" {
+	if ep != "" && e.HTTPClient == nil {
 		if err := probe(ctx, ep); err != nil {
 			return nil, err
 		}
 	}
-	c, err := awsenv.Load(ctx, awsenv.Options{Endpoint: ep, Counter: e.Counter})
+	c, err := awsenv.Load(ctx, awsenv.Options{Endpoint: ep, Counter: e.Counter, HTTPClient: e.HTTPClient})
 	if err != nil {
 		return nil, err
 	}

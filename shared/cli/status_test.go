@@ -144,7 +144,7 @@ func TestMissingDeploymentSaysWhatToRun(t *testing.T) {
 		vars[k] = v
 	}
 	vars["SLUICE_TABLE"] = "forgotten-state"
-	r := runWith(t, vars, "status")
+	r := w.runVars(vars, "status")
 	r.wantCode(t, 1)
 	r.wantOneLineError(t, "ResourceNotFoundException", "the table does not exist", "forgets everything when it restarts", "sluice-local provision")
 }

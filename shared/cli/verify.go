@@ -25,7 +25,7 @@ func init() {
 		summary: "check invariants I2–I4 against the bucket and the table; exit 1 listing offenders",
 		usage:   "[--tenant T] [--json]",
 		aws:     true,
-		help: `Checks what DESIGN.md §5 promises, against the bucket (every object version)
+		help: `Checks what docs/design.md §5 promises, against the bucket (every object version)
 and the state table:
 
   I2 no double coverage: no two blocks a reader sees (meta.json present, no

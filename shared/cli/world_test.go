@@ -9,13 +9,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+
 	"github.com/sluice-dev/sluice/localstack/envtest"
 	"github.com/sluice-dev/sluice/shared/blockgen"
 	"github.com/sluice-dev/sluice/shared/records"
 )
 
-// world is one test's deployment in the emulator and a way to run sluice
-// commands against it, in-process, as a user would type them.
+// world is one test's deployment (in the emulator, or in memory under
+// -short) and a way to run sluice commands against it, in-process, as a
+// user would type them.
 type world struct {
 	t     *testing.T
 	env   *envtest.Env
@@ -27,7 +30,7 @@ func newWorld(t *testing.T) *world {
 	t.Helper()
 	env := envtest.New(t)
 	vars := env.Deployment.Env()
-	vars["AWS_ENDPOINT_URL"] = envtest.Endpoint()
+	vars["AWS_ENDPOINT_URL"] = env.Endpoint
 	return &world{t: t, env: env, vars: vars, store: records.NewStore(env.Clients.DynamoDB, env.Deployment.Table, env.Logger)}
 }
 
@@ -40,15 +43,33 @@ type result struct {
 // run runs `sluice args...` with the world's settings.
 func (w *world) run(args ...string) result {
 	w.t.Helper()
-	return runWith(w.t, w.vars, args...)
+	return w.runVars(w.vars, args...)
 }
 
+// runVars runs `sluice args...` against the world's deployment with other
+// settings.
+func (w *world) runVars(vars map[string]string, args ...string) result {
+	w.t.Helper()
+	var hc aws.HTTPClient
+	if w.env.Cloud != nil {
+		hc = w.env.Cloud
+	}
+	return runIn(w.t, vars, hc, args...)
+}
+
+// runWith runs `sluice args...` with vars as its whole environment, on no
+// deployment (or the emulator, if vars name it).
 func runWith(t *testing.T, vars map[string]string, args ...string) result {
+	t.Helper()
+	return runIn(t, vars, nil, args...)
+}
+
+func runIn(t *testing.T, vars map[string]string, hc aws.HTTPClient, args ...string) result {
 	t.Helper()
 	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	code := Main(ctx, IO{Stdout: &out, Stderr: &errb, Progress: io.Discard,
+	code := Main(ctx, IO{Stdout: &out, Stderr: &errb, Progress: io.Discard, HTTPClient: hc,
 		Getenv: func(k string) string { return vars[k] }}, args)
 	t.Logf("$ sluice %s → %d\n%s%s", strings.Join(args, " "), code, out.String(), errb.String())
 	return result{code: code, stdout: out.String(), stderr: errb.String()}

@@ -71,6 +71,13 @@ type Config struct {
 	// DownloadParallelism bounds concurrent object downloads
 	// (SLUICE_DOWNLOAD_PARALLELISM, default 8).
 	DownloadParallelism int
+	// UploadParallelism bounds the compact function's concurrent uploads
+	// of an output's files (SLUICE_UPLOAD_PARALLELISM, default 4).
+	UploadParallelism int
+	// SweepParallelism bounds the sweep's concurrent deletions of retired
+	// blocks (SLUICE_SWEEP_PARALLELISM, default 8). The explorer sets all
+	// three to 1, so every handler makes one AWS call at a time.
+	SweepParallelism int
 	// MaxJobAttempts is how many failed attempts a version's jobs may
 	// make — counted across redeliveries, re-drives and versions over the
 	// same sources — before the cleaner quarantines the source the last
@@ -182,6 +189,14 @@ func Load(getenv func(string) string) (Config, error) {
 	c.DownloadParallelism = int(num("SLUICE_DOWNLOAD_PARALLELISM"))
 	if c.DownloadParallelism == 0 {
 		c.DownloadParallelism = 8
+	}
+	c.UploadParallelism = int(num("SLUICE_UPLOAD_PARALLELISM"))
+	if c.UploadParallelism == 0 {
+		c.UploadParallelism = 4
+	}
+	c.SweepParallelism = int(num("SLUICE_SWEEP_PARALLELISM"))
+	if c.SweepParallelism == 0 {
+		c.SweepParallelism = 8
 	}
 	c.MaxJobAttempts = int(num("SLUICE_MAX_JOB_ATTEMPTS"))
 	if c.MaxJobAttempts == 0 {

@@ -2,6 +2,7 @@ package eventsource_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"slices"
 	"strconv"
@@ -53,7 +54,9 @@ func send(t *testing.T, c *sqs.Client, url, group string, bodies ...string) {
 			}
 			if group != "" {
 				e.MessageGroupId = aws.String(group)
-				e.MessageDeduplicationId = aws.String(group + "/" + b)
+				// SQS allows only alphanumerics and punctuation, ≤ 128, in
+				// a deduplication id: not a body's spaces or ünïcode.
+				e.MessageDeduplicationId = aws.String(fmt.Sprintf("%s/%x", group, sha256.Sum256([]byte(b))))
 			}
 			entries = append(entries, e)
 		}

@@ -17,7 +17,7 @@ import (
 )
 
 // Cleaner completes group versions, makes outputs live, retires sources,
-// supersedes stuck versions and sweeps orphans (DESIGN.md §4.3).
+// supersedes stuck versions and sweeps orphans (docs/design.md §4.3).
 type Cleaner struct{ *Deps }
 
 // Handle processes a batch from the cleaner-events queue.
@@ -544,7 +544,7 @@ func (c Cleaner) Sweep(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	errs = append(errs, forEach(ctx, deletes, sweepParallelism, c.deleteRetired)...)
+	errs = append(errs, forEach(ctx, deletes, max(c.Config.SweepParallelism, 1), c.deleteRetired)...)
 	ranges, err := c.Store.Due(ctx, records.AgendaRange, now)
 	if err != nil {
 		return err
@@ -574,10 +574,6 @@ func (c Cleaner) Sweep(ctx context.Context) error {
 	}
 	return nil
 }
-
-// sweepParallelism bounds the sweep's concurrent deletions: a day of a
-// big tenant retires hundreds of blocks at once.
-const sweepParallelism = 8
 
 // forEach runs fn for every entry, at most limit at a time, and returns
 // the errors.

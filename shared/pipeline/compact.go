@@ -26,7 +26,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/records"
 )
 
-// Compact runs compaction jobs (DESIGN.md §4.2): lease, read sources by
+// Compact runs compaction jobs (docs/design.md §4.2): lease, read sources by
 // their recorded VersionIds, compact one partition, upload with
 // If-None-Match, commit fenced on the group version and the lease.
 type Compact struct{ *Deps }
@@ -314,7 +314,7 @@ func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []
 			rels = append(rels, f.RelPath)
 		}
 	}
-	up, err := blockstore.Upload(ctx, c.S3, c.Config.Bucket, k.BlockPrefix(), res.Dir, rels, blockstore.UploadOptions{})
+	up, err := blockstore.Upload(ctx, c.S3, c.Config.Bucket, k.BlockPrefix(), res.Dir, rels, blockstore.UploadOptions{Parallelism: c.Config.UploadParallelism})
 	if err != nil {
 		return nil, fmt.Errorf("upload %s: %w", k.BlockKey(), err)
 	}

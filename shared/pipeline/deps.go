@@ -2,7 +2,7 @@
 // and uploader — each a plain function of (context, events.SQSEvent) that
 // returns per-message failures, as Lambda's SQS event source expects.
 //
-// Handlers execute the protocol of DESIGN.md §4: they read records, ask the
+// Handlers execute the protocol of docs/design.md §4: they read records, ask the
 // planning policy what to do, and make every state change through
 // shared/records, where each is one conditional write or transaction. A
 // lost condition is a normal outcome: logged with what it lost to, and the

@@ -24,7 +24,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/stream"
 )
 
-// Planner registers uploaded blocks and plans group versions (DESIGN.md §4.1).
+// Planner registers uploaded blocks and plans group versions (docs/design.md §4.1).
 type Planner struct{ *Deps }
 
 // Handle processes a batch from the block-events queue: S3 ObjectCreated

@@ -20,7 +20,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/records"
 )
 
-// Uploader executes block ops (DESIGN.md §4.4): the only writer of
+// Uploader executes block ops (docs/design.md §4.4): the only writer of
 // meta.json and deletion marks, and the only deleter. Ops of one block key
 // arrive in order (one FIFO group per key); each acts only if the block's
 // gen is still the op's, and every delete names a VersionId.

@@ -7,7 +7,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/planning"
 )
 
-// Item keys (DESIGN.md §3). One table, PK/SK; every item of a tenant shares
+// Item keys (docs/design.md §3). One table, PK/SK; every item of a tenant shares
 // its partition key, so a tenant's whole state is one Query away for
 // `sluice status`, while the hot path reads single items.
 func tenantPK(tenant string) string { return "T#" + tenant }

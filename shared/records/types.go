@@ -3,7 +3,7 @@
 //
 // Every exported method that changes state is ONE conditional write or ONE
 // transaction whose condition names the state it leaves and the version or
-// generation it expects (DESIGN.md §3). A lost condition is an expected
+// generation it expects (docs/design.md §3). A lost condition is an expected
 // outcome and comes back as *ConditionLostError, never as a string to match.
 package records
 
@@ -14,7 +14,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/stream"
 )
 
-// BlockState is a block's place in its life (DESIGN.md §3).
+// BlockState is a block's place in its life (docs/design.md §3).
 type BlockState string
 
 // Block states.

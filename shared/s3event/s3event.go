@@ -1,7 +1,7 @@
 // Package s3event decodes the S3 event notifications that arrive on the
 // block-events queue, tolerating what real S3, LocalStack and moto each send.
 //
-// The three disagree in small ways that matter (DESIGN.md §7):
+// The three disagree in small ways that matter (docs/design.md §7):
 //
 //   - keys are URL-encoded: S3 encodes a space as '+', moto also encodes '/'
 //     (quote_plus), LocalStack encodes a space as %20 (quote);

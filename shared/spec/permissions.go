@@ -22,7 +22,7 @@ const (
 	EnvTenant = "SLUICE_TENANT"
 )
 
-// Bucket layouts (DESIGN.md §1).
+// Bucket layouts (docs/design.md §1).
 const (
 	// LayoutMultiTenant is <prefix><tenant>/<ULID>/... (Cortex, Mimir).
 	LayoutMultiTenant = "multi-tenant"
@@ -31,7 +31,7 @@ const (
 )
 
 // SweepEvent is the payload of the scheduled event that invokes the cleaner
-// for a sweep (DESIGN.md §4.3: "per notification, and on a schedule").
+// for a sweep (docs/design.md §4.3: the cleaner runs per note and on a schedule).
 const SweepEvent = `{"sluice":"sweep"}`
 
 // DefaultSweepInterval is how often the schedule invokes the cleaner.
@@ -42,7 +42,7 @@ const DefaultSweepInterval = 5 * time.Minute
 // in a multi-tenant bucket and "<ULID>/" in a single-tenant one.
 type ObjectPattern string
 
-// The files of a block (DESIGN.md §1).
+// The files of a block (docs/design.md §1).
 const (
 	MetaObjects  ObjectPattern = "*/meta.json"
 	IndexObjects ObjectPattern = "*/index"
@@ -71,7 +71,7 @@ var (
 	// S3Write creates objects, single-part or multipart (CreateMultipartUpload,
 	// UploadPart and CompleteMultipartUpload are authorised by s3:PutObject).
 	S3Write = []string{"s3:PutObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"}
-	// S3Delete removes an object version (DESIGN.md §1: every DELETE names
+	// S3Delete removes an object version (docs/design.md §1: every DELETE names
 	// a VersionId) or, for a key without versions, the object.
 	S3Delete = []string{"s3:DeleteObject", "s3:DeleteObjectVersion"}
 	// S3ListKeys lists keys. It is granted only with an s3:prefix condition

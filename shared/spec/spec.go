@@ -14,7 +14,7 @@ import (
 // QueueID names a queue by its role in the pipeline.
 type QueueID string
 
-// The four queues of DESIGN.md §2.
+// The four queues of docs/design.md §2.
 const (
 	// BlockEvents receives S3 ObjectCreated events for */meta.json. S3 cannot
 	// notify a FIFO queue, so this one is standard.
@@ -33,7 +33,7 @@ const (
 // FunctionID names a Lambda function.
 type FunctionID string
 
-// The four functions of DESIGN.md §2.
+// The four functions of docs/design.md §2.
 const (
 	Planner  FunctionID = "planner"
 	Compact  FunctionID = "compact"
@@ -78,7 +78,7 @@ type Function struct {
 	Sends []QueueID
 }
 
-// Table describes the one DynamoDB table of DESIGN.md §3.
+// Table describes the one DynamoDB table of docs/design.md §3.
 type Table struct {
 	PartitionKey string
 	SortKey      string
@@ -89,7 +89,7 @@ type Table struct {
 
 // Bucket describes the block bucket's notification and versioning needs.
 type Bucket struct {
-	// Versioned must be true: every DELETE names a VersionId (DESIGN.md §1).
+	// Versioned must be true: every DELETE names a VersionId (docs/design.md §1).
 	Versioned bool
 	// NotifySuffix is the key suffix whose ObjectCreated events reach
 	// BlockEvents.

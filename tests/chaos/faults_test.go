@@ -58,6 +58,18 @@ const (
 	fLongTenant      = "tenant id of 150 characters"
 )
 
+// faultKinds lists every kind above: a run of coverageSeeds seeds or more
+// must inject each at least once (TestChaos fails otherwise), so a fault
+// whose injection a change silently disabled is noticed.
+func faultKinds() []string {
+	return []string{
+		fCrashBeforeS3, fCrashAfterS3, fThrottleS3, fCrashBeforeDB, fCrashAfterDB, fThrottleDB,
+		fCrashBeforeSend, fCrashAfterSend, fCrashAtStep, fStall, fShortVisible, fDelayDelivery,
+		fDupConcurrent, fDupSequential, fSkewedTakeover, fClockJump, fLateDup, fZombie, fIdleJump,
+		fDupEvent, fReupload, fLateBlock, fShuffledUploads, fDeadline, fCorruptSource, fTwoStreams, fLongTenant,
+	}
+}
+
 // Probabilities per occasion (a call, a step, a delivery). A message gets
 // at most faultsPerMsg faults that can fail it, over all its deliveries
 // (calls outside any message, like the sweep's, get any number): with five

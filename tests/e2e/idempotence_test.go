@@ -4,13 +4,16 @@ import (
 	"context"
 	"sort"
 	"strconv"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/sluice-dev/sluice/localstack/localrun"
+	"github.com/sluice-dev/sluice/shared/config"
 	"github.com/sluice-dev/sluice/shared/eventsource"
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/records"
@@ -53,28 +56,85 @@ func TestEveryMessageTwice(t *testing.T) {
 
 // S3 events for blocks that are already registered, retired or deleted
 // change nothing: the same records at the same gens, the same objects.
+// The deletion delay is an hour of a skewable clock, so the events are
+// first repeated while the sources are retired (RETIRING, marked, still in
+// the bucket) and then again once the clock has passed the delay and they
+// are DELETED.
 func TestRepeatedEventsChangeNothing(t *testing.T) {
 	t.Parallel()
-	w := testworld.New(t, testworld.Options{})
+	var skew atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	w := testworld.New(t, testworld.Options{
+		Pipeline:  localrun.Options{Now: now},
+		Configure: func(c *config.Config) { c.DeletionDelay = time.Hour },
+	})
 	ctx := context.Background()
 	blocks := halfDay(ctx, w, "acme", 2)
-	settle(t, w, "acme")
-	before := snapshot(ctx, t, w)
-	for _, b := range blocks {
-		w.DuplicateEvent(ctx, "acme", b.Dir)
-	}
-	for _, b := range testworld.Live(w.Blocks(ctx, "acme")) {
-		w.DuplicateEvent(ctx, "acme", b.ID) // an output, by its ULID
-	}
-	settle(t, w, "acme")
-	after := snapshot(ctx, t, w)
-	if len(before) != len(after) {
-		t.Fatalf("state changed: %d entries before, %d after", len(before), len(after))
-	}
-	for i := range before {
-		if before[i] != after[i] {
-			t.Fatalf("state changed: %q became %q", before[i], after[i])
+	repeat := func(phase string, want records.BlockState, settled func()) {
+		t.Helper()
+		settled()
+		recs := byID(w.Blocks(ctx, "acme"))
+		for _, b := range blocks {
+			id := b.Meta.ULID.String()
+			if got := recs[id].State; got != want {
+				t.Fatalf("%s: source %s is %q, want %s", phase, id, got, want)
+			}
 		}
+		before := snapshot(ctx, t, w)
+		for _, b := range blocks {
+			w.DuplicateEvent(ctx, "acme", b.Dir)
+		}
+		for _, b := range testworld.Live(w.Blocks(ctx, "acme")) {
+			w.DuplicateEvent(ctx, "acme", b.ID) // an output, by its ULID
+		}
+		settled()
+		after := snapshot(ctx, t, w)
+		if len(before) != len(after) {
+			t.Fatalf("%s: state changed: %d entries before, %d after", phase, len(before), len(after))
+		}
+		for i := range before {
+			if before[i] != after[i] {
+				t.Fatalf("%s: state changed: %q became %q", phase, before[i], after[i])
+			}
+		}
+	}
+	repeat("retired", records.BlockRetiring, func() { settleRetired(t, w, "acme") })
+	skew.Store(int64(time.Hour + time.Minute))
+	repeat("deleted", records.BlockDeleted, func() { settle(t, w, "acme") })
+}
+
+// settleRetired runs the pipeline until every queue is empty, every group
+// of tenant is RETIRED and no block is still being published or marked:
+// what a pipeline looks like while its sources wait out the deletion delay.
+func settleRetired(t *testing.T, w *testworld.World, tenant string) {
+	t.Helper()
+	err := w.Pipeline.Settle(context.Background(), 2*time.Second, settleTimeout, func(ctx context.Context) (bool, error) {
+		for _, url := range w.Env.Deployment.QueueURLs {
+			if n, err := eventsource.Pending(ctx, w.Env.Clients.SQS, url); err != nil || n > 0 {
+				return false, err
+			}
+		}
+		groups, err := w.Store.TenantGroups(ctx, tenant)
+		if err != nil || len(groups) == 0 {
+			return false, err
+		}
+		for _, g := range groups {
+			if g.State != records.GroupRetired {
+				return false, nil
+			}
+		}
+		for _, b := range w.Blocks(ctx, tenant) {
+			switch {
+			case b.State == records.BlockRetiring && b.MarkVersionID == "",
+				b.State == records.BlockLive && !b.Published,
+				b.State == records.BlockClaimed, b.State == records.BlockPending:
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

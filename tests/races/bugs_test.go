@@ -120,7 +120,7 @@ func TestBugDeleteLostWhenCleanupDiesAfterDiscard(t *testing.T) {
 
 // topLevelOnly makes the 12h groups the top level and keeps ranges from
 // closing by time during the test: nothing but the cleaner's re-plan can
-// bring the group back (DESIGN.md: "completion re-plans"). One level up, a
+// bring the group back (docs/design.md: "completion re-plans"). One level up, a
 // range closing by time would compact the forgotten blocks at that level,
 // CloseDelay later; at the top level nothing ever does.
 func topLevelOnly(c *config.Config) {
@@ -244,30 +244,41 @@ func TestBugMarkLostWhenRivalCleanerRetires(t *testing.T) {
 	}
 }
 
-// TestBugRecogniseIgnoresFailedHead (chaos seed 3, first run): a shipper
-// uploads a block again; the planner recognises the re-upload and HEADs
-// each file to find its new version — but treats any HEAD error as "this
-// file was not re-uploaded". One throttled HEAD (S3's 503 SlowDown) and
-// that file's new version is left out of the DELETE_STRAY: it stays in the
-// bucket, named by no record, for good (I4). The planner now finds the
-// versions with one LIST; the same holds of it: a throttled LIST must fail
-// the message, not drop versions.
-func TestBugRecogniseIgnoresFailedHead(t *testing.T) {
+// TestBugRecogniseIgnoresFailedLookup (chaos seed 3, first run): a
+// shipper uploads a block again; the planner recognises the re-upload and
+// looks up each file's new version — but at the time took any failed
+// lookup (then a HEAD per file) for "this file was not re-uploaded". One
+// throttled request (S3's 503 SlowDown) and that file's new version was
+// left out of the DELETE_STRAY: it stayed in the bucket, named by no
+// record, for good (I4). The planner now finds the versions with one LIST;
+// the same must hold of it: the throttled LIST fails the message (it is
+// checked here that it did, and that the LIST was throttled), and the
+// redelivery finishes the job.
+func TestBugRecogniseIgnoresFailedLookup(t *testing.T) {
 	t.Parallel()
 	w := newWorld004(t)
 	w.upload(corpus.v1...)
 	w.pump(w.main, nil)
 	w.wantState(w.g, 1, records.GroupRetired)
 	planner := w.actor("planner", nil)
-	planner.deps.S3 = &throttledList{S3: planner.deps.S3}
+	throttled := &throttledList{S3: planner.deps.S3}
+	planner.deps.S3 = throttled
 	w.reupload(corpus.v1[1])
+	failed := 0
 	for _, ev := range w.takeEvents() {
 		if err := wait(t, w.goEvent(planner, ev)); err != nil {
+			failed++
 			t.Logf("planner failed on the event (SQS would redeliver it): %v", err)
 			if err := wait(t, w.goEvent(w.main, ev)); err != nil {
 				t.Fatal(err)
 			}
 		}
+	}
+	if !throttled.done.Load() {
+		t.Fatal("the planner never listed the re-uploaded block's versions: the throttle was not exercised")
+	}
+	if failed == 0 {
+		t.Fatal("the planner's throttled LIST did not fail the message: the re-upload's versions may have been dropped")
 	}
 	w.finish()
 }

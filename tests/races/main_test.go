@@ -21,9 +21,10 @@ var corpus struct {
 	late blockgen.Block   // a 2h block of that range: 40 of those series, and 8 new ones
 }
 
-// TestMain generates the corpus, then lets the replays run side by side:
-// each waits on the emulator most of the time, so more of them than there
-// are cores fit (unless -parallel is given).
+// TestMain generates the corpus (under -short too: the replays run on the
+// in-memory tier there), then lets the replays run side by side: each waits
+// on the emulator most of the time, so more of them than there are cores
+// fit (unless -parallel is given).
 func TestMain(m *testing.M) {
 	flag.Parse()
 	set := false
@@ -38,11 +39,9 @@ func TestMain(m *testing.M) {
 	}
 	code := func() int {
 		defer os.RemoveAll(dir)
-		if !testing.Short() {
-			if err := generateCorpus(dir); err != nil {
-				fmt.Fprintln(os.Stderr, "races: generate corpus:", err)
-				return 1
-			}
+		if err := generateCorpus(dir); err != nil {
+			fmt.Fprintln(os.Stderr, "races: generate corpus:", err)
+			return 1
 		}
 		return m.Run()
 	}()

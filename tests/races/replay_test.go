@@ -1,5 +1,5 @@
 // Package races replays, step by step, the three production incidents that
-// Sluice is built to make impossible (../shared/seeds/, DESIGN.md §6), plus
+// Sluice is built to make impossible (../shared/seeds/, docs/design.md §6), plus
 // variants of each. Every test names the seed file whose timeline it
 // replays.
 //
@@ -11,7 +11,7 @@
 // duplicated, late. Time is a testworld.Clock the test moves forward, so
 // lease expiry and deletion delays need no sleeping.
 //
-// I1–I5 (DESIGN.md §5) are asserted at the end (testworld.CheckQuiescent,
+// I1–I5 (docs/design.md §5) are asserted at the end (testworld.CheckQuiescent,
 // the reader's view), and at every step where they must hold: the reader's
 // view (I1, I3) between steps, and the testworld.Monitor online — every
 // accepted write judged against the state it left (I5), every delete

@@ -32,7 +32,7 @@ func Live(blocks []records.Block) []records.Block {
 	return out
 }
 
-// CheckQuiescent checks I1–I4 of DESIGN.md §5 for the tenants once the
+// CheckQuiescent checks I1–I4 of docs/design.md §5 for the tenants once the
 // pipeline is quiescent, and returns every violation found.
 //
 //   - I1 the published live blocks hold exactly the uploaded samples
@@ -47,6 +47,7 @@ func (w *World) CheckQuiescent(ctx context.Context, tenants ...string) error {
 	var errs []error
 	named := map[string]bool{}
 	for _, tenant := range tenants {
+		w.made(CheckSamples, CheckQuarantined, CheckNoOverlap)
 		blocks := w.Blocks(ctx, tenant)
 		live := Live(blocks)
 		// Quarantined blocks, and the sources a quarantined group keeps
@@ -63,6 +64,7 @@ func (w *World) CheckQuiescent(ctx context.Context, tenants ...string) error {
 		errs = append(errs, w.checkQuarantine(ctx, tenant, blocks))
 		errs = append(errs, checkOverlap(tenant, live))
 		for _, b := range live {
+			w.made(CheckPublishedAtRest)
 			errs = append(errs, w.checkPublished(ctx, b))
 		}
 		for _, b := range blocks {
@@ -82,11 +84,50 @@ func (w *World) CheckQuiescent(ctx context.Context, tenants ...string) error {
 			}
 		}
 	}
+	w.made(CheckNoOrphans, CheckNoRefusals)
 	errs = append(errs, w.checkObjects(ctx, named))
 	if n := w.Pipeline.Refused.N(); n > 0 {
 		errs = append(errs, fmt.Errorf("AWS limits: the pipeline made %d request(s) AWS would refuse (see the log: %q)", n, "AWS limit exceeded"))
 	}
 	return errors.Join(errs...)
+}
+
+// CheckQuiescent's checks, by name.
+const (
+	CheckSamples         = "I1 samples at quiescence (per tenant)"
+	CheckQuarantined     = "I1 damaged blocks quarantined, their neighbours compacted (per tenant)"
+	CheckNoOverlap       = "I2 no overlapping live blocks (per tenant)"
+	CheckPublishedAtRest = "I3 published files exist (per live block)"
+	CheckNoOrphans       = "I4 no orphans, no delete markers (per check)"
+	CheckNoRefusals      = "AWS limits: no request AWS would refuse (per check)"
+)
+
+// QuiescentChecks lists every check CheckQuiescent makes.
+func QuiescentChecks() []string {
+	return []string{CheckSamples, CheckQuarantined, CheckNoOverlap, CheckPublishedAtRest, CheckNoOrphans, CheckNoRefusals}
+}
+
+// made counts checks CheckQuiescent is making.
+func (w *World) made(names ...string) {
+	w.checksMu.Lock()
+	defer w.checksMu.Unlock()
+	if w.checks == nil {
+		w.checks = map[string]int{}
+	}
+	for _, n := range names {
+		w.checks[n]++
+	}
+}
+
+// ChecksMade counts the checks CheckQuiescent has made, by name.
+func (w *World) ChecksMade() map[string]int {
+	w.checksMu.Lock()
+	defer w.checksMu.Unlock()
+	out := make(map[string]int, len(w.checks))
+	for k, v := range w.checks {
+		out[k] = v
+	}
+	return out
 }
 
 func (w *World) key(b records.Block) (blockkey.Key, error) {

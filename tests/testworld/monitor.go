@@ -24,7 +24,50 @@ import (
 	"github.com/sluice-dev/sluice/shared/records"
 )
 
-// Monitor checks, at the moment each thing happens, what DESIGN.md §5 says
+// The Monitor's checks, by name: what Checks counts and a violation
+// starts with.
+const (
+	CheckCommitFenced         = "I5 commit fenced"
+	CheckCommitByHolder       = "I5 commit by lease holder"
+	CheckLeaseFenced          = "I5 lease fenced"
+	CheckLeaseExclusive       = "I5 lease exclusive"
+	CheckGroupTransition      = "I5 group transition"
+	CheckCompletionAfterParts = "I5 completion after every partition"
+	CheckOneUnfinished        = "I5 one unfinished version"
+	CheckBlockCreatedOnce     = "I5 block created once"
+	CheckBlockTransition      = "I5 block transition"
+	CheckBlockWriteAtGen      = "I5 block write at the gen read"
+	CheckOpDecidesAtGen       = "I5 block op decides at current gen"
+	CheckOpEffectAtGen        = "I5 block op takes effect at current gen"
+	CheckDeleteNamesVersion   = "I4 delete names a VersionId"
+	CheckDeleteSparesNeeded   = "I1 delete spares needed versions"
+	CheckPublishedFilesExist  = "I3 published meta.json lists existing files"
+)
+
+// MonitorChecks lists every check the Monitor makes. A run that exercises
+// the whole protocol (the chaos run) must have made each at least once:
+// a check that never runs cannot fail.
+func MonitorChecks() []string {
+	return []string{
+		CheckCommitFenced,
+		CheckCommitByHolder,
+		CheckLeaseFenced,
+		CheckLeaseExclusive,
+		CheckGroupTransition,
+		CheckCompletionAfterParts,
+		CheckOneUnfinished,
+		CheckBlockCreatedOnce,
+		CheckBlockTransition,
+		CheckBlockWriteAtGen,
+		CheckOpDecidesAtGen,
+		CheckOpEffectAtGen,
+		CheckDeleteNamesVersion,
+		CheckDeleteSparesNeeded,
+		CheckPublishedFilesExist,
+	}
+}
+
+// Monitor checks, at the moment each thing happens, what docs/design.md §5 says
 // must hold then — independently of the conditions the code writes:
 //
 //   - I5 fencing of records: every write the table accepts is one the
@@ -203,7 +246,7 @@ func (m *Monitor) Hook(ctx context.Context, step pipeline.Step, subject string) 
 	if read == nil {
 		return nil // not read through this Monitor
 	}
-	m.check("I5 block op decides at current gen", read.Gen == t.op.Gen && hasState(read.State, want),
+	m.check(CheckOpDecidesAtGen, read.Gen == t.op.Gen && hasState(read.State, want),
 		"%s op of %s/%s at gen %d proceeds (%s) on a record read %s at gen %d", t.op.Op, t.op.Tenant, t.op.Block, t.op.Gen, step, read.State, read.Gen)
 	return nil
 }
@@ -235,7 +278,7 @@ func (m *Monitor) opEffect(ctx context.Context, op messages.BlockOp, what string
 	if err != nil || rerr != nil {
 		return err // no effect (a PUT that lost to If-None-Match adopts, it writes nothing)
 	}
-	m.check("I5 block op takes effect at current gen", found && b.Gen == op.Gen && hasState(b.State, want),
+	m.check(CheckOpEffectAtGen, found && b.Gen == op.Gen && hasState(b.State, want),
 		"%s op of %s/%s at gen %d: %s took effect while the block is %s at gen %d", op.Op, op.Tenant, op.Block, op.Gen, what, b.State, b.Gen)
 	return nil
 }
@@ -547,7 +590,7 @@ func (m *Monitor) judge(all []types.TransactWriteItem, it types.TransactWriteIte
 		m.judgeBlockUpdate(r, it.Update, pre)
 	case r.kind == kindBlock && it.Put != nil:
 		_, existed := unmarshal[records.Block](pre.items[r.pk+"/"+r.sk])
-		m.check("I5 block created once", !existed, "block %s/%s was put over an existing record", r.tenant, r.blockID)
+		m.check(CheckBlockCreatedOnce, !existed, "block %s/%s was put over an existing record", r.tenant, r.blockID)
 	}
 }
 
@@ -565,17 +608,17 @@ func (m *Monitor) judgePartition(r itemRef, u *types.Update, pre preimage, err e
 		if err != nil {
 			return
 		}
-		m.check("I5 commit fenced", current, "commit of %s by %s accepted while the group is at v%d %s", ref, owner, head.Version, head.State)
-		m.check("I5 commit by lease holder", found && part.State == records.PartitionRunning && part.LeaseOwner == owner,
+		m.check(CheckCommitFenced, current, "commit of %s by %s accepted while the group is at v%d %s", ref, owner, head.Version, head.State)
+		m.check(CheckCommitByHolder, found && part.State == records.PartitionRunning && part.LeaseOwner == owner,
 			"commit of %s by %s accepted while the partition is %s held by %q", ref, owner, part.State, part.LeaseOwner)
 	case records.PartitionRunning:
 		if err != nil {
 			return
 		}
 		now, _ := numVal(u.ExpressionAttributeValues, ":now")
-		m.check("I5 lease fenced", current, "lease of %s by %s accepted while the group is at v%d %s", ref, owner, head.Version, head.State)
+		m.check(CheckLeaseFenced, current, "lease of %s by %s accepted while the group is at v%d %s", ref, owner, head.Version, head.State)
 		free := found && (part.State == records.PartitionPending || (part.State == records.PartitionRunning && part.LeaseUntil < now))
-		m.check("I5 lease exclusive", free, "lease of %s by %s accepted while the partition is %s held by %q until %d (now %d)",
+		m.check(CheckLeaseExclusive, free, "lease of %s by %s accepted while the partition is %s held by %q until %d (now %d)",
 			ref, owner, part.State, part.LeaseOwner, part.LeaseUntil, now)
 	}
 }
@@ -603,7 +646,7 @@ func (m *Monitor) judgeHeadUpdate(r itemRef, u *types.Update, pre preimage) {
 		allowed = false
 		ref += fmt.Sprintf(" (the writer meant v%d)", v)
 	}
-	m.check("I5 group transition", found && allowed, "%s moved %s → %s", ref, head.State, to)
+	m.check(CheckGroupTransition, found && allowed, "%s moved %s → %s", ref, head.State, to)
 	if to == records.GroupComplete {
 		parts := pre.parts[r.pk+"/"+r.sk]
 		done := len(parts) == head.Partitions
@@ -614,7 +657,7 @@ func (m *Monitor) judgeHeadUpdate(r itemRef, u *types.Update, pre preimage) {
 				notDone = append(notDone, fmt.Sprintf("p%d %s", p.Index, p.State))
 			}
 		}
-		m.check("I5 completion after every partition", done, "%s completed with %d of %d partition items, not done: %v",
+		m.check(CheckCompletionAfterParts, done, "%s completed with %d of %d partition items, not done: %v",
 			ref, len(parts), head.Partitions, notDone)
 	}
 }
@@ -623,7 +666,7 @@ func (m *Monitor) judgeHeadPut(r itemRef, p *types.Put, pre preimage) {
 	next, _ := unmarshal[records.Group](p.Item)
 	prev, found := unmarshal[records.Group](pre.items[r.pk+"/"+r.sk])
 	ok := !found || ((prev.State == records.GroupRetired || prev.State == records.GroupSuperseded) && next.Version == prev.Version+1)
-	m.check("I5 one unfinished version", ok, "%s/%s@v%d created while v%d is %s", r.tenant, r.groupKey, next.Version, prev.Version, prev.State)
+	m.check(CheckOneUnfinished, ok, "%s/%s@v%d created while v%d is %s", r.tenant, r.groupKey, next.Version, prev.Version, prev.State)
 }
 
 var blockFrom = map[records.BlockState][]records.BlockState{
@@ -645,10 +688,10 @@ func (m *Monitor) judgeBlockUpdate(r itemRef, u *types.Update, pre preimage) {
 		switch {
 		case strings.Contains(expr, "published"):
 			what = fmt.Sprintf("block %s/%s published while %s", r.tenant, r.blockID, b.State)
-			m.check("I5 block transition", found && b.State == records.BlockLive, "%s", what)
+			m.check(CheckBlockTransition, found && b.State == records.BlockLive, "%s", what)
 		case strings.Contains(expr, "markVid"):
 			what = fmt.Sprintf("block %s/%s mark recorded while %s", r.tenant, r.blockID, b.State)
-			m.check("I5 block transition", found && b.State == records.BlockRetiring, "%s", what)
+			m.check(CheckBlockTransition, found && b.State == records.BlockRetiring, "%s", what)
 		}
 	} else {
 		allowed := false
@@ -663,12 +706,12 @@ func (m *Monitor) judgeBlockUpdate(r itemRef, u *types.Update, pre preimage) {
 			allowed = allowed && ref != "" && b.ClaimedBy == ref
 			what += fmt.Sprintf(" (claimed by %q, writer %q)", b.ClaimedBy, ref)
 		}
-		m.check("I5 block transition", found && allowed, "%s", what)
+		m.check(CheckBlockTransition, found && allowed, "%s", what)
 	}
 	if g, ok := numVal(vals, ":gen"); ok {
-		m.check("I5 block write at the gen read", b.Gen == g, "%s written expecting gen %d, record at gen %d", what, g, b.Gen)
+		m.check(CheckBlockWriteAtGen, b.Gen == g, "%s written expecting gen %d, record at gen %d", what, g, b.Gen)
 	} else if nx, ok := numVal(vals, ":next"); ok {
-		m.check("I5 block write at the gen read", b.Gen == nx-1, "%s written to gen %d, record at gen %d", what, nx, b.Gen)
+		m.check(CheckBlockWriteAtGen, b.Gen == nx-1, "%s written to gen %d, record at gen %d", what, nx, b.Gen)
 	}
 }
 
@@ -749,7 +792,7 @@ func (w *watchedS3) PutObject(ctx context.Context, in *s3.PutObjectInput, o ...f
 }
 
 func (m *Monitor) beforeDelete(ctx context.Context, key, vid string) {
-	m.check("I4 delete names a VersionId", vid != "", "DELETE of %s without a VersionId leaves a delete marker", key)
+	m.check(CheckDeleteNamesVersion, vid != "", "DELETE of %s without a VersionId leaves a delete marker", key)
 	k, err := blockkey.Parse(key, m.layout)
 	if err != nil || vid == "" {
 		return
@@ -759,13 +802,13 @@ func (m *Monitor) beforeDelete(ctx context.Context, key, vid string) {
 		return
 	}
 	needed := found && b.Names(k.File, vid) && b.State != records.BlockDeleted && b.State != records.BlockDiscarded
-	m.check("I1 delete spares needed versions", !needed, "DELETE of %s version %s, which the %s block's record names", key, vid, b.State)
+	m.check(CheckDeleteSparesNeeded, !needed, "DELETE of %s version %s, which the %s block's record names", key, vid, b.State)
 }
 
 func (m *Monitor) checkPublished(ctx context.Context, key string, body []byte) {
 	meta, err := blockmeta.Parse(body, key)
 	if err != nil {
-		m.check("I3 published meta.json lists existing files", false, "%s: unparsable meta.json published: %v", key, err)
+		m.check(CheckPublishedFilesExist, false, "%s: unparsable meta.json published: %v", key, err)
 		return
 	}
 	prefix := strings.TrimSuffix(key, blockkey.MetaFile)
@@ -784,5 +827,5 @@ func (m *Monitor) checkPublished(ctx context.Context, key string, body []byte) {
 			}
 		}
 	}
-	m.check("I3 published meta.json lists existing files", len(errs) == 0, "%s published while: %v", key, errors.Join(errs...))
+	m.check(CheckPublishedFilesExist, len(errs) == 0, "%s published while: %v", key, errors.Join(errs...))
 }

@@ -1,7 +1,7 @@
 // Package testworld builds the worlds that Sluice's end-to-end tests, race
 // replays and chaos runs start from — a provisioned deployment, the local
 // pipeline, synthetic tenants and their blocks uploaded the way a shipper
-// uploads them — and checks the invariants of DESIGN.md §5 against the
+// uploads them — and checks the invariants of docs/design.md §5 against the
 // real bucket and table.
 package testworld
 
@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,6 +54,9 @@ type World struct {
 	// groups (a test of them); otherwise one is a violation.
 	QuarantinedGroupsExpected bool
 	scratch                   string
+
+	checksMu sync.Mutex
+	checks   map[string]int // CheckQuiescent's checks made, by name
 }
 
 // Options tune a world.
@@ -97,7 +101,7 @@ func New(t testing.TB, o Options) *World {
 		}
 	}
 	requests := awsenv.NewRequestCounter()
-	clients, err := awsenv.Load(context.Background(), awsenv.Options{Endpoint: env.Endpoint, Counter: requests})
+	clients, err := env.NewClients(context.Background(), awsenv.Options{Counter: requests})
 	if err != nil {
 		t.Fatalf("testworld: %v", err)
 	}

@@ -49,8 +49,6 @@ type value struct {
 // item is a stored item: attribute name → value.
 type item map[string]value
 
-func strValue(s string) value { return value{kind: kindS, s: s} }
-
 func numValue(r *big.Rat) value { return value{kind: kindN, s: formatNumber(r)} }
 
 // rat is a number value's exact value.
