@@ -28,6 +28,13 @@ func (r *Runner) RunUntilIdle(ctx context.Context, quiet time.Duration) error {
 
 	tk := time.NewTicker(min(max(quiet/4, 20*time.Millisecond), 250*time.Millisecond))
 	defer tk.Stop()
+	// The queues must read empty twice, a tick apart, with no work between.
+	// One reading is not enough: the counts are separate attributes read
+	// one after another (moto reads ApproximateNumberOfMessages, then
+	// ...NotVisible), so a message whose visibility timeout ends between
+	// the two is in neither, and the run ended while a redelivery was due.
+	// A message flips once per timeout; two readings cannot both miss it.
+	confirmed := false
 	for {
 		select {
 		case err := <-done:
@@ -38,19 +45,27 @@ func (r *Runner) RunUntilIdle(ctx context.Context, quiet time.Duration) error {
 		case <-tk.C:
 		}
 		if !r.quietFor(quiet) {
+			confirmed = false
 			continue
 		}
 		empty, err := r.queuesEmpty(ctx)
 		if err != nil {
 			r.log.WarnContext(ctx, "idle check failed", "err", err)
+			confirmed = false
 			continue
 		}
 		// Re-check: a batch may have begun while the queues were read.
-		if empty && r.quietFor(quiet) {
-			cancel()
-			<-done
-			return nil
+		if !empty || !r.quietFor(quiet) {
+			confirmed = false
+			continue
 		}
+		if !confirmed {
+			confirmed = true
+			continue
+		}
+		cancel()
+		<-done
+		return nil
 	}
 }
 
@@ -75,7 +90,8 @@ func (r *Runner) queuesEmpty(ctx context.Context) (bool, error) {
 }
 
 // Pending is the number of messages in a queue: visible, in flight and
-// delayed (SQS's approximate counts; exact in the emulators).
+// delayed (SQS's approximate counts: exact in the emulators at any one
+// instant, though each count is read at its own).
 func Pending(ctx context.Context, c *sqs.Client, queueURL string) (int, error) {
 	out, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
 		QueueUrl: aws.String(queueURL),

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go/middleware"
 	"github.com/sluice-dev/sluice/localstack/envtest"
 	"github.com/sluice-dev/sluice/shared/eventsource"
 	"github.com/sluice-dev/sluice/shared/spec"
@@ -452,5 +453,69 @@ func TestTimerFeedsTheQueue(t *testing.T) {
 	}
 	if st := r.Stats()["sweep"]; st.Invocations < 2 || st.Errors != 0 {
 		t.Errorf("timer stats %+v", st)
+	}
+}
+
+// TestIdleOutlastsOneEmptyReading: the queue counts are separate
+// attributes, read one after another, and a message whose visibility
+// timeout ends between the two readings is in neither (moto does this, and
+// it ended a CI run with a redelivery still due). One reading that misses
+// the waiting message must not end the run: the failed message is still
+// handled again and reaches the DLQ.
+func TestIdleOutlastsOneEmptyReading(t *testing.T) {
+	t.Parallel()
+	const maxReceive = 2
+	env := envtest.New(t, envtest.WithVisibilityTimeout(longVisibility), envtest.WithMaxReceiveCount(maxReceive))
+	d := env.Deployment
+	url := d.QueueURLs[spec.BlockEvents]
+	send(t, env.Clients.SQS, url, "", "poison")
+
+	var mu sync.Mutex
+	receives, blanked := 0, 0
+	// blankOnce makes the first count reading after the first failure
+	// report an empty queue, as the interleaving above does.
+	blankOnce := middleware.InitializeMiddlewareFunc("blank-once", func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+		out, md, err := next.HandleInitialize(ctx, in)
+		if res, ok := out.Result.(*sqs.GetQueueAttributesOutput); ok && err == nil {
+			mu.Lock()
+			if receives == 1 && blanked == 0 {
+				blanked++
+				for k := range res.Attributes {
+					res.Attributes[k] = "0"
+				}
+			}
+			mu.Unlock()
+		}
+		return out, md, err
+	})
+	c := sqs.New(env.Clients.SQS.Options(), func(o *sqs.Options) {
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Initialize.Add(blankOnce, middleware.Before)
+		})
+	})
+	h := func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+		var resp events.SQSEventResponse
+		for _, m := range ev.Records {
+			mu.Lock()
+			receives++
+			mu.Unlock()
+			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: m.MessageId})
+		}
+		return resp, nil
+	}
+	r := eventsource.New(c, env.Logger, eventsource.Source{Name: "src", QueueURL: url, BatchSize: 1, MaxConcurrency: 1, Handler: h, RetryAfter: retryAfter})
+	runUntilIdle(t, r, failureRunLimit)
+	if blanked != 1 {
+		t.Fatalf("blanked %d count readings, want 1: the test did not interleave", blanked)
+	}
+	if receives != maxReceive {
+		t.Errorf("poison handled %d times, want maxReceiveCount = %d: the run ended on one empty reading", receives, maxReceive)
+	}
+	n, err := eventsource.Pending(t.Context(), env.Clients.SQS, d.DLQURLs[spec.BlockEvents])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Errorf("DLQ holds %d messages, want the poison one", n)
 	}
 }
