@@ -472,9 +472,15 @@ func deadLetterQueue(ctx context.Context, q SQSAPI, policy string) (url, name st
 // SDK cannot send VisibilityTimeout 0 on a receive — zero is omitted — so
 // the receive hides them for a second and ChangeMessageVisibility undoes
 // it.)
+//
+// It is called only when the queue holds a message, and waits up to two
+// seconds for one: a message can be hidden for that second by another
+// reader's peek (two 'sluice status' at once), or by a receive of ours
+// whose response was lost and which the SDK retried — the first receive
+// hid what the second would have returned.
 func peekOldest(ctx context.Context, q SQSAPI, url string) (time.Time, bool, error) {
 	res, err := q.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-		QueueUrl: aws.String(url), MaxNumberOfMessages: 10, VisibilityTimeout: 1,
+		QueueUrl: aws.String(url), MaxNumberOfMessages: 10, VisibilityTimeout: 1, WaitTimeSeconds: 2,
 		MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameSentTimestamp},
 	})
 	if err != nil {
@@ -482,6 +488,8 @@ func peekOldest(ctx context.Context, q SQSAPI, url string) (time.Time, bool, err
 	}
 	var oldest time.Time
 	for _, m := range res.Messages {
+		// Best effort: a message this fails for is visible again in a
+		// second anyway.
 		_, _ = q.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
 			QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0})
 		ms, err := strconv.ParseInt(m.Attributes[string(sqstypes.MessageSystemAttributeNameSentTimestamp)], 10, 64)

@@ -109,6 +109,27 @@ func TestStatusCommand(t *testing.T) {
 		}
 	})
 
+	// Another reader holds the dead letter for a second (a second 'sluice
+	// status' peeking at once): status still finds it and its age.
+	t.Run("dead letter hidden by another reader", func(t *testing.T) {
+		out, err := w.env.Clients.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+			QueueUrl: aws.String(w.env.Deployment.DLQURLs[spec.CompactionJobs]), VisibilityTimeout: 1, WaitTimeSeconds: 2})
+		if err != nil || len(out.Messages) != 1 {
+			t.Fatalf("hide the dead letter: %d messages, %v", len(out.Messages), err)
+		}
+		r := w.run("status", "--json", "--tenant", "team-a")
+		r.wantCode(t, 0)
+		var rep StatusReport
+		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+			t.Fatalf("not JSON: %v", err)
+		}
+		for _, q := range rep.Queues {
+			if q.Queue == string(spec.CompactionJobs) && (q.DLQDepth != 1 || q.DLQOldestSeconds < 0) {
+				t.Errorf("compaction-jobs while another reader holds its dead letter: %+v", q)
+			}
+		}
+	})
+
 	t.Run("refusals", func(t *testing.T) {
 		r := w.run("status", "--tenant", "a b")
 		r.wantCode(t, 2)
