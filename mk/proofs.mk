@@ -48,3 +48,22 @@ fuzz-proofs:
 ## flake-hunt: FLAKE_RUNS runs (20) of FLAKE_PKGS (the integration packages) with both cores loaded; prints each test's failures
 flake-hunt:
 	bash scripts/flake-hunt.sh
+
+# The explorer (tests/explore, docs/proofs.md "Exploring every schedule"):
+# make test explores every order of deliveries; these widen the scope.
+#
+#   make explore                        crashes, interleavings, the late block and a
+#                                       re-upload, for EXPLORE_BUDGET (10m)
+#   make explore EXPLORE_FLAGS='-explore.crashes=1'    a scope of your own
+#   make explore-mutants                each mutant (a condition removed) for EXPLORE_BUDGET
+.PHONY: explore explore-mutants
+EXPLORE_BUDGET ?= 10m
+EXPLORE_FLAGS ?= -explore.crashes=1 -explore.preemptions=2 -explore.late -explore.reupload
+
+## explore: the schedule explorer on a wider scope than make test's (EXPLORE_FLAGS), for EXPLORE_BUDGET
+explore:
+	$(GO) test -short -count=1 -timeout 0 -v -run '^TestExplore$$' ./tests/explore $(EXPLORE_FLAGS) -explore.budget=$(EXPLORE_BUDGET) 2>&1 | grep -v 'logwriter.go'
+
+## explore-mutants: the explorer on each protocol mutant, for EXPLORE_BUDGET each
+explore-mutants:
+	$(GO) test -short -count=1 -timeout 0 -v -run '^TestExploreMutants$$' ./tests/explore -explore.budget=$(EXPLORE_BUDGET) 2>&1 | grep -v 'logwriter.go'

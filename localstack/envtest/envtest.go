@@ -110,6 +110,7 @@ type options struct {
 	endpoint   string
 	// emulatorOnly, when set, is why the test needs the emulator.
 	emulatorOnly string
+	backend      Backend
 }
 
 // WithVisibilityTimeout sets every queue's visibility timeout (default
@@ -144,6 +145,10 @@ func WithLogLevel(l slog.Level) Option { return func(o *options) { o.logLevel = 
 // WithEndpoint provisions on the emulator at url instead of Endpoint():
 // a run spread over several emulators (the chaos run) picks one per test.
 func WithEndpoint(url string) Option { return func(o *options) { o.endpoint = url } }
+
+// WithBackend puts the deployment in b whatever BackendFor says: the
+// explorer runs only in memory (it snapshots the services' state).
+func WithBackend(b Backend) Option { return func(o *options) { o.backend = b } }
 
 // EmulatorOnly marks a test that needs the emulator (why: what it proves
 // about it, or what needs a server on a port); in memory it is skipped.
@@ -184,6 +189,9 @@ func New(t testing.TB, opts ...Option) *Env {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	env := &Env{Backend: BackendFor(), Counter: awsenv.NewRequestCounter()}
+	if o.backend != "" {
+		env.Backend = o.backend
+	}
 	if env.Backend == Memory {
 		if o.emulatorOnly != "" {
 			t.Skip("needs the emulator (" + o.emulatorOnly + "); the in-memory tier runs under -short")

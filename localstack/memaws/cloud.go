@@ -10,23 +10,16 @@
 // as DynamoDB would; and the contract tests that hold the emulator to AWS's
 // behaviour (localstack/platformtest) hold this tier to it too.
 //
-// Every request passes a Gate first, if one is set: the explorer
-// (tests/explore) uses it to run the handlers one AWS call at a time in
-// the order it chooses, and to crash one between two calls.
+// Each service can Snapshot and Restore its state: the explorer
+// (tests/explore) backtracks that way instead of replaying a schedule.
 package memaws
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
-
-	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 
 	"github.com/sluice-dev/sluice/localstack/memaws/memdynamo"
 	"github.com/sluice-dev/sluice/localstack/memaws/mems3"
@@ -48,28 +41,11 @@ type Options struct {
 	Clock func() time.Time
 }
 
-// Call is one AWS request as the Gate sees it, before it is applied.
-type Call struct {
-	// Ctx is the caller's context: an explorer tags it to know which
-	// actor is calling.
-	Ctx       context.Context
-	Service   string // "S3", "SQS" or "DynamoDB"
-	Operation string // the SDK's operation name, e.g. "TransactWriteItems"
-}
-
-// Gate is consulted before every request is applied. It may block (to
-// hold a caller until its turn) and may return an error, which the caller
-// receives as a transport failure with nothing applied.
-type Gate func(Call) error
-
 // Cloud is one in-memory AWS: three services and the transport to them.
 type Cloud struct {
 	S3       *mems3.Server
 	SQS      *memsqs.Server
 	DynamoDB *memdynamo.Server
-
-	mu   sync.RWMutex
-	gate Gate
 }
 
 // New returns an empty Cloud whose bucket notifications reach its queues.
@@ -91,28 +67,9 @@ func New(opts Options) *Cloud {
 	return c
 }
 
-// SetGate installs g (nil removes it).
-func (c *Cloud) SetGate(g Gate) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.gate = g
-}
-
-// ErrGateClosed is what a caller gets when the gate refuses its request.
-var ErrGateClosed = errors.New("memaws: request refused by the gate")
-
 // Do answers one request in-process: it satisfies the SDK's HTTPClient.
 func (c *Cloud) Do(req *http.Request) (*http.Response, error) {
-	service, handler := c.route(req)
-	c.mu.RLock()
-	gate := c.gate
-	c.mu.RUnlock()
-	if gate != nil {
-		call := Call{Ctx: req.Context(), Service: service, Operation: awsmiddleware.GetOperationName(req.Context())}
-		if err := gate(call); err != nil {
-			return nil, fmt.Errorf("%s %s: %w", service, call.Operation, err)
-		}
-	}
+	handler := c.route(req)
 	if err := req.Context().Err(); err != nil {
 		return nil, err
 	}
@@ -128,15 +85,15 @@ func (c *Cloud) Do(req *http.Request) (*http.Response, error) {
 
 // route picks the service by the request's shape: DynamoDB and SQS speak
 // JSON with an X-Amz-Target, S3 is everything else (path-style REST).
-func (c *Cloud) route(req *http.Request) (string, http.Handler) {
+func (c *Cloud) route(req *http.Request) http.Handler {
 	target := req.Header.Get("X-Amz-Target")
 	switch {
 	case strings.HasPrefix(target, "DynamoDB_"):
-		return "DynamoDB", c.DynamoDB
+		return c.DynamoDB
 	case strings.HasPrefix(target, "AmazonSQS."):
-		return "SQS", c.SQS
+		return c.SQS
 	default:
-		return "S3", c.S3
+		return c.S3
 	}
 }
 

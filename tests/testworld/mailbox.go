@@ -3,6 +3,7 @@ package testworld
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -107,4 +108,32 @@ func (m *Mailbox) Len() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.mail)
+}
+
+// MailboxState is everything a Mailbox holds: its messages, the
+// deduplication ids it has seen and its send count.
+type MailboxState struct {
+	Mail  []Mail
+	Seen  map[string]bool
+	Count int
+}
+
+// State copies the mailbox's contents (the explorer saves it with the
+// rest of a state, to come back to it).
+func (m *Mailbox) State() MailboxState {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return MailboxState{Mail: append([]Mail(nil), m.mail...), Seen: maps.Clone(m.seen), Count: m.count}
+}
+
+// Restore makes st the mailbox's contents.
+func (m *Mailbox) Restore(st MailboxState) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.mail = append([]Mail(nil), st.Mail...)
+	m.seen = maps.Clone(st.Seen)
+	if m.seen == nil {
+		m.seen = map[string]bool{}
+	}
+	m.count = st.Count
 }

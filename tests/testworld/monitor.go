@@ -174,6 +174,16 @@ func (m *Monitor) Checks() map[string]int {
 	return out
 }
 
+// Forget drops what the Monitor remembers of blocks it read in a final
+// state: the explorer calls it when it puts the world back to an earlier
+// state, where those blocks may not be final yet.
+func (m *Monitor) Forget() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.final = map[string]records.Block{}
+	m.commits = nil
+}
+
 // Commits lists every commit transaction seen, accepted or not.
 func (m *Monitor) Commits() []CommitAttempt {
 	m.mu.Lock()

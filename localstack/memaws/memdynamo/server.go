@@ -234,3 +234,43 @@ func (s *Server) ItemCount(tableName string) int {
 	}
 	return 0
 }
+
+// Snapshot is the server's durable state at one moment: its tables and
+// their items. Restore puts a server back to it; a snapshot can be
+// restored any number of times. The explorer (tests/explore) backtracks
+// this way instead of replaying every schedule from the start.
+type Snapshot struct {
+	tables map[string]*table
+}
+
+// Snapshot copies the durable state. Client request tokens are not part of
+// it: a restored server has forgotten them, as one restarted after their
+// window would have.
+func (s *Server) Snapshot() *Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return &Snapshot{tables: copyTables(s.tables)}
+}
+
+// Restore makes snap the server's state.
+func (s *Server) Restore(snap *Snapshot) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tables = copyTables(snap.tables)
+	s.tokens = map[string]tokenUse{}
+}
+
+func copyTables(in map[string]*table) map[string]*table {
+	out := make(map[string]*table, len(in))
+	for name, t := range in {
+		c := *t
+		// A stored item is never changed in place (a write stores a new
+		// one), so copies may share them.
+		c.items = make(map[string]item, len(t.items))
+		for k, it := range t.items {
+			c.items[k] = it
+		}
+		out[name] = &c
+	}
+	return out
+}
