@@ -67,3 +67,8 @@ explore:
 ## explore-mutants: the explorer on each protocol mutant, for EXPLORE_BUDGET each
 explore-mutants:
 	$(GO) test -short -count=1 -timeout 0 -v -run '^TestExploreMutants$$' ./tests/explore -explore.budget=$(EXPLORE_BUDGET) 2>&1 | grep -v 'logwriter.go'
+
+## thanos-check: Thanos' own verifier over a Thanos-layout deployment (THANOS=binary or THANOS_SRC=checkout; docs/thanos.md)
+.PHONY: thanos-check
+thanos-check:
+	bash scripts/thanos-check.sh

@@ -72,7 +72,36 @@ func TestGenCommand(t *testing.T) {
 		}
 	}
 
+	// Two Prometheus replicas of one cluster, as a Thanos bucket holds them.
+	t.Run("external labels", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "east")
+		runWith(t, nil, "gen", dir, "--blocks", "1", "--rf", "2", "--series", "5", "--label", "cluster=east", "--label", "env=prod", "--replica-label", "replica").wantCode(t, 0)
+		entries, err := os.ReadDir(dir)
+		if err != nil || len(entries) != 2 {
+			t.Fatalf("%d entries, %v", len(entries), err)
+		}
+		replicas := map[string]bool{}
+		for _, e := range entries {
+			m, err := blockmeta.ReadDir(filepath.Join(dir, e.Name()))
+			if err != nil || m.Thanos == nil {
+				t.Fatalf("meta %+v %v", m, err)
+			}
+			if l := m.Thanos.Labels; l["cluster"] != "east" || l["env"] != "prod" || len(l) != 3 {
+				t.Errorf("%s: thanos.labels %v", e.Name(), l)
+			}
+			replicas[m.Thanos.Labels["replica"]] = true
+		}
+		if !replicas["0"] || !replicas["1"] {
+			t.Errorf("replica labels %v, want 0 and 1", replicas)
+		}
+	})
+
 	t.Run("refusals", func(t *testing.T) {
+		for _, bad := range []string{"cluster", "=east", "1x=y"} {
+			r := runWith(t, nil, "gen", dir, "--label", bad)
+			r.wantCode(t, 2)
+			r.wantOneLineError(t, "-label")
+		}
 		r := runWith(t, nil, "gen", dir, "--tenant", "team a")
 		r.wantCode(t, 2)
 		r.wantOneLineError(t, "invalid tenant id")

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/common/model"
+
 	"github.com/sluice-dev/sluice/shared/blockgen"
 	"github.com/sluice-dev/sluice/shared/blockkey"
 )
@@ -21,7 +23,10 @@ func init() {
 series (http_requests_total by method, code and handler; node, process and
 go metrics; optionally native histograms). With --rf N every block range gets
 N copies with distinct ULIDs and identical samples, as replicated Cortex or
-Mimir ingesters ship them; Sluice merges the copies.
+Mimir ingesters ship them; Sluice merges the copies. --label k=v (repeated)
+sets the blocks' external labels (thanos.labels), as a Prometheus server's
+sidecar writes them; with --replica-label L the copies are told apart by
+L="0", L="1", ..., as replicated Prometheus servers are.
 
 The output is a pure function of the flags: the same flags write the same
 ULIDs and bytes. --tenant only seeds the data (two tenants get different
@@ -29,7 +34,8 @@ blocks); the tenant a block belongs to is chosen at upload.
 
 Example:
   sluice gen /tmp/blocks --blocks 12 --rf 2 --tenant team-a
-  sluice upload --tenant team-a /tmp/blocks/*`,
+  sluice upload --tenant team-a /tmp/blocks/*
+  sluice gen /tmp/east --label cluster=east --rf 2 --replica-label replica`,
 		setup: func(fs *flag.FlagSet) runFunc {
 			blocks := fs.Int("blocks", 12, "number of consecutive 2h ranges")
 			series := fs.Int("series", blockgen.DefaultSeries, "series per block")
@@ -40,6 +46,9 @@ Example:
 			seed := fs.Int64("seed", 0, "seeds the data")
 			hist := fs.Bool("histograms", false, "make some series native histograms")
 			thanos := fs.Bool("thanos-files", true, "list files with sizes in meta.json, as the Thanos shipper does")
+			var labels externalLabels
+			fs.Var(&labels, "label", "an external label `name=value` of every block (repeat for more)")
+			replicaLabel := fs.String("replica-label", "", "tell the --rf copies apart by this external label (\"0\", \"1\", ...)")
 			return func(ctx context.Context, e *Env, args []string) error {
 				if len(args) != 1 {
 					return usagef("want exactly one DIR, got %d arguments", len(args))
@@ -63,6 +72,7 @@ Example:
 				out, err := blockgen.Generate(args[0], blockgen.Options{
 					Tenant: *tenant, Start: t, Blocks: *blocks, Series: *series, SamplesPerSeries: *samples,
 					ReplicationFactor: *rf, Histograms: *hist, Seed: *seed, ThanosFiles: *thanos,
+					ExternalLabels: labels.m, ReplicaLabel: *replicaLabel,
 				})
 				if err != nil {
 					return err
@@ -85,6 +95,35 @@ Example:
 			}
 		},
 	})
+}
+
+// externalLabels is the repeated --label flag.
+type externalLabels struct{ m map[string]string }
+
+func (l *externalLabels) String() string {
+	var kv []string
+	for k, v := range l.m {
+		kv = append(kv, k+"="+v)
+	}
+	return strings.Join(kv, ",")
+}
+
+func (l *externalLabels) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" || v == "" {
+		return fmt.Errorf("want name=value, got %q", s)
+	}
+	if !model.LabelName(k).IsValidLegacy() {
+		return fmt.Errorf("%q is not a label name", k)
+	}
+	if l.m == nil {
+		l.m = map[string]string{}
+	}
+	if _, dup := l.m[k]; dup {
+		return fmt.Errorf("label %s given twice", k)
+	}
+	l.m[k] = v
+	return nil
 }
 
 func parseStart(s string) (time.Time, error) {

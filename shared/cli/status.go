@@ -124,6 +124,10 @@ type TenantStatus struct {
 	// Quarantined lists the blocks and groups Sluice gave up on after
 	// repeated failures, with the reason; 'sluice retry' releases them.
 	Quarantined []Quarantined `json:"quarantined"`
+	// Notes say what an operator's other tools will make of the bucket:
+	// in a Thanos bucket, the partitioned outputs Thanos' tools report as
+	// overlapping blocks.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // Quarantined is a quarantined block (Block set) or group (Group set).
@@ -242,7 +246,7 @@ func GatherStatus(ctx context.Context, st *records.Store, q SQSAPI, cfg config.C
 		tenants = []string{opts.Tenant}
 	}
 	for _, t := range tenants {
-		ts, err := tenantStatus(ctx, st, cfg.Policy, t, opts.AllGroups, now)
+		ts, err := tenantStatus(ctx, st, cfg.Policy, cfg.Layout.SingleTenant != "", t, opts.AllGroups, now)
 		if err != nil {
 			return nil, err
 		}
@@ -252,7 +256,7 @@ func GatherStatus(ctx context.Context, st *records.Store, q SQSAPI, cfg config.C
 	return rep, nil
 }
 
-func tenantStatus(ctx context.Context, st *records.Store, pol planning.Policy, tenant string, allGroups bool, now time.Time) (TenantStatus, error) {
+func tenantStatus(ctx context.Context, st *records.Store, pol planning.Policy, thanosBucket bool, tenant string, allGroups bool, now time.Time) (TenantStatus, error) {
 	ts := TenantStatus{Tenant: tenant, Blocks: []LevelCount{}, Streams: []StreamStatus{}, Groups: []GroupStatus{}, Leases: []LeaseStatus{},
 		Rejected: []RejectedBlock{}, Quarantined: []Quarantined{}}
 	blocks, err := st.TenantBlocks(ctx, tenant)
@@ -275,7 +279,24 @@ func tenantStatus(ctx context.Context, st *records.Store, pol planning.Policy, t
 		return id
 	}
 	byLevel := map[int]map[string]int{}
+	// The live outputs of one stream over one range: in a Thanos bucket,
+	// more than one (a partitioned group) is what Thanos' tools call
+	// overlapping blocks.
+	type span struct {
+		stream     string
+		level      int
+		minT, maxT int64
+	}
+	outputs := map[span]int{}
+	var spans []span
 	for _, b := range blocks {
+		if thanosBucket && b.State == records.BlockLive && b.Level >= 1 {
+			k := span{b.Stream, b.Level, b.MinT, b.MaxT}
+			if outputs[k] == 0 {
+				spans = append(spans, k)
+			}
+			outputs[k]++
+		}
 		if i, ok := streamAt[b.Stream]; ok && b.State == records.BlockLive {
 			ts.Streams[i].LiveBlocks++
 			ts.Streams[i].LiveSamples += b.Samples
@@ -292,6 +313,18 @@ func tenantStatus(ctx context.Context, st *records.Store, pol planning.Policy, t
 			ts.Rejected = append(ts.Rejected, RejectedBlock{Block: b.ID, Reason: b.Reason})
 		case records.BlockQuarantined:
 			ts.Quarantined = append(ts.Quarantined, Quarantined{Block: b.ID, Reason: b.Reason})
+		}
+	}
+	for _, k := range spans {
+		if n := outputs[k]; n > 1 {
+			name := streamName(k.stream)
+			if name == "" {
+				name = "{}"
+			}
+			ts.Notes = append(ts.Notes, fmt.Sprintf("stream %s, L%d %s: %d live partition blocks of one stream over one range — "+
+				"'thanos tools bucket verify' reports them as overlapped_blocks, and a Thanos compactor halts on them unless vertical compaction is on; "+
+				"Thanos Store and Querier read them correctly, their series being disjoint (docs/thanos.md)",
+				name, k.level, groupRange(GroupStatus{RangeStart: k.minT, RangeEnd: k.maxT}), n))
 		}
 	}
 	for l := range byLevel {

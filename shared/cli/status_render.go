@@ -148,6 +148,9 @@ func (t TenantStatus) render(w io.Writer, now time.Time, allGroups bool) {
 			fmt.Fprintf(w, "    %s: %s\n", what, short(q.Reason))
 		}
 	}
+	for _, n := range t.Notes {
+		fmt.Fprintf(w, "  note: %s\n", n)
+	}
 	if len(t.Rejected) > 0 {
 		fmt.Fprintf(w, "  rejected (never compacted; fix and re-upload under a new ULID):\n")
 		for _, r := range t.Rejected {

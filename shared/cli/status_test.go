@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -168,4 +169,54 @@ func TestMissingDeploymentSaysWhatToRun(t *testing.T) {
 	r := w.runVars(vars, "status")
 	r.wantCode(t, 1)
 	r.wantOneLineError(t, "ResourceNotFoundException", "the table does not exist", "forgets everything when it restarts", "sluice-local provision")
+}
+
+// TestStatusNotesThanosOverlaps: in a Thanos bucket, a range compacted
+// into partition blocks is what Thanos' tools call overlapping blocks;
+// status says so, once per range, and only there and only then.
+func TestStatusNotesThanosOverlaps(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	const day = int64(24 * time.Hour / time.Millisecond)
+	start := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+	register := func(id string, level int, minT, maxT int64, state records.BlockState) {
+		t.Helper()
+		b := records.Block{Tenant: "thanos", ID: id, MinT: minT, MaxT: maxT, State: state, Level: level, Gen: 1, Published: true, Series: 10, Samples: 100}
+		if err := w.store.RegisterBlock(ctx, b, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Day 1: two partitions, live. Day 2: one block. Day 3: two
+	// partitions, one of them already retired.
+	register("01HK1BZM80AAAAAAAAAAAAAAA1", 2, start, start+day, records.BlockLive)
+	register("01HK1BZM80AAAAAAAAAAAAAAA2", 2, start, start+day, records.BlockLive)
+	register("01HK1BZM80AAAAAAAAAAAAAAA3", 2, start+day, start+2*day, records.BlockLive)
+	register("01HK1BZM80AAAAAAAAAAAAAAA4", 2, start+2*day, start+3*day, records.BlockLive)
+	register("01HK1BZM80AAAAAAAAAAAAAAA5", 2, start+2*day, start+3*day, records.BlockRetiring)
+
+	thanos := maps.Clone(w.vars)
+	thanos["SLUICE_LAYOUT"], thanos["SLUICE_TENANT"] = "single-tenant", "thanos"
+	r := w.runVars(thanos, "status")
+	r.wantCode(t, 0)
+	if n := strings.Count(r.stdout, "note: "); n != 1 {
+		t.Errorf("%d notes, want 1 (day 1 only):\n%s", n, r.stdout)
+	}
+	for _, want := range []string{"2 live partition blocks of one stream", "2024-01-01 00:00 → 2024-01-02 00:00", "overlapped_blocks", "docs/thanos.md"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("status lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	r = w.runVars(thanos, "status", "--json")
+	r.wantCode(t, 0)
+	var rep StatusReport
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Tenants) != 1 || len(rep.Tenants[0].Notes) != 1 {
+		t.Errorf("JSON notes: %+v", rep.Tenants)
+	}
+	// A Cortex or Mimir bucket: partitions are what its compactor expects.
+	if r := w.run("status"); strings.Contains(r.stdout, "note: ") {
+		t.Errorf("a multi-tenant bucket got a Thanos note:\n%s", r.stdout)
+	}
 }

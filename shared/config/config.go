@@ -42,7 +42,10 @@ type Config struct {
 	ReplicaLabels []string
 	// Policy is the planning policy. SLUICE_RANGES ("12h,24h"),
 	// SLUICE_CLOSE_DELAY (1h), SLUICE_MAX_SERIES_PER_PARTITION (2000000),
-	// SLUICE_MAX_INDEX_BYTES_PER_PARTITION (2 GiB).
+	// SLUICE_MAX_INDEX_BYTES_PER_PARTITION (2 GiB), SLUICE_PARTITIONING
+	// (auto: one block per group in a single-tenant bucket unless a hard
+	// limit forces partitions, by the limits in a multi-tenant one; single;
+	// limits).
 	Policy planning.Policy
 	// DeletionDelay is how long a retired source stays readable, with its
 	// deletion mark, before it is deleted (SLUICE_DELETION_DELAY, default
@@ -92,6 +95,24 @@ type Config struct {
 
 // EnvReplicaLabels names the replica labels (Config.ReplicaLabels).
 const EnvReplicaLabels = "SLUICE_REPLICA_LABELS"
+
+// EnvPartitioning chooses when a group's output is partitioned
+// (Policy.SingleBlock).
+const EnvPartitioning = "SLUICE_PARTITIONING"
+
+// The values of SLUICE_PARTITIONING.
+const (
+	// PartitioningAuto: single in a single-tenant (Thanos) bucket, limits
+	// in a multi-tenant (Cortex, Mimir) one, whose compactors know
+	// partitions.
+	PartitioningAuto = "auto"
+	// PartitioningSingle: one block per group unless one job cannot hold
+	// it.
+	PartitioningSingle = "single"
+	// PartitioningLimits: partition whenever SLUICE_MAX_SERIES_PER_PARTITION
+	// or SLUICE_MAX_INDEX_BYTES_PER_PARTITION says so.
+	PartitioningLimits = "limits"
+)
 
 // DefaultMultiTenantReplicaLabels are the replica labels of a multi-tenant
 // bucket unless SLUICE_REPLICA_LABELS says otherwise.
@@ -174,6 +195,15 @@ func Load(getenv func(string) string) (Config, error) {
 	c.Policy.CloseDelay = dur("SLUICE_CLOSE_DELAY", 0)
 	c.Policy.MaxSeriesPerPartition = num("SLUICE_MAX_SERIES_PER_PARTITION")
 	c.Policy.MaxIndexBytesPerPartition = num("SLUICE_MAX_INDEX_BYTES_PER_PARTITION")
+	switch v := getenv(EnvPartitioning); v {
+	case "", PartitioningAuto:
+		c.Policy.SingleBlock = c.Layout.SingleTenant != ""
+	case PartitioningSingle:
+		c.Policy.SingleBlock = true
+	case PartitioningLimits:
+	default:
+		errs = append(errs, fmt.Sprintf("%s=%q: want %s, %s or %s", EnvPartitioning, v, PartitioningAuto, PartitioningSingle, PartitioningLimits))
+	}
 	c.Policy = c.Policy.Defaults()
 	if err := c.Policy.Validate(); err != nil {
 		errs = append(errs, err.Error())

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -46,6 +47,36 @@ func TestLoadRejects(t *testing.T) {
 				t.Fatalf("Load = %v, want an error containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestPartitioning: a Thanos bucket gets one block per group by default,
+// a Cortex or Mimir bucket partitions by the limits; either is a setting.
+func TestPartitioning(t *testing.T) {
+	thanos := []string{"SLUICE_LAYOUT", "single-tenant", "SLUICE_TENANT", "thanos"}
+	for _, tc := range []struct {
+		name   string
+		env    []string
+		single bool
+	}{
+		{"multi-tenant default", nil, false},
+		{"single-tenant default", thanos, true},
+		{"single-tenant, limits", append(slices.Clone(thanos), EnvPartitioning, PartitioningLimits), false},
+		{"multi-tenant, single", []string{EnvPartitioning, PartitioningSingle}, true},
+		{"auto", []string{EnvPartitioning, PartitioningAuto}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Load(env(append([]string{"SLUICE_BUCKET", "b", "SLUICE_TABLE", "t"}, tc.env...)...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Policy.SingleBlock != tc.single {
+				t.Errorf("SingleBlock = %v, want %v", c.Policy.SingleBlock, tc.single)
+			}
+		})
+	}
+	if _, err := Load(env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", EnvPartitioning, "sometimes")); err == nil || !strings.Contains(err.Error(), EnvPartitioning) {
+		t.Errorf("SLUICE_PARTITIONING=sometimes: %v, want an error naming the setting", err)
 	}
 }
 

@@ -109,9 +109,13 @@ func covers(bs []Candidate, start, end, slot int64) bool {
 // PartitionCount picks N, the smallest power of two that keeps every
 // partition within the series and index-bytes limits, capped at
 // MaxPartitions. Sources' series are summed (replicas over-count, which errs
-// on the side of smaller partitions).
+// on the side of smaller partitions). With SingleBlock the series limit is
+// at least JobSeriesLimit: only what one job cannot hold is partitioned.
 func (p Policy) PartitionCount(srcs []Candidate) int {
 	p = p.Defaults()
+	if p.SingleBlock {
+		p.MaxSeriesPerPartition = max(p.MaxSeriesPerPartition, JobSeriesLimit)
+	}
 	var series, index uint64
 	for _, s := range srcs {
 		series += s.Series

@@ -101,6 +101,22 @@ func TestPartitionCount(t *testing.T) {
 			t.Errorf("PartitionCount(series %d, index %d) = %d, want %d", tc.series, tc.index, got, tc.want)
 		}
 	}
+
+	// A Thanos bucket: one block unless one job cannot hold the group —
+	// the low series setting is not a reason, the hard limits are.
+	single := p
+	single.SingleBlock = true
+	for _, tc := range []struct {
+		series, index uint64
+		want          int
+	}{
+		{3500, 0, 1}, {JobSeriesLimit, 0, 1}, {JobSeriesLimit + 1, 0, 2}, {3 * JobSeriesLimit, 0, 4}, {0, 5 << 20, 8},
+	} {
+		got := single.PartitionCount([]Candidate{{Series: tc.series, IndexBytes: tc.index}})
+		if got != tc.want {
+			t.Errorf("SingleBlock: PartitionCount(series %d, index %d) = %d, want %d", tc.series, tc.index, got, tc.want)
+		}
+	}
 }
 
 func TestTarget(t *testing.T) {

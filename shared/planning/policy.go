@@ -44,7 +44,19 @@ type Policy struct {
 	// MaxPartitions caps N; it is at most 64 because a version and all its
 	// partition items are written in one transaction. Default 64.
 	MaxPartitions int
+	// SingleBlock writes one block per group unless a hard limit forces
+	// partitions: a lower MaxSeriesPerPartition than JobSeriesLimit is
+	// ignored. Set for a Thanos bucket, whose tools know nothing of
+	// partitions: to `thanos tools bucket verify` and to Thanos' compactor,
+	// the blocks of one partitioned group overlap in time
+	// (docs/thanos.md).
+	SingleBlock bool
 }
+
+// JobSeriesLimit is the most series one compaction job is given: what one
+// compact function (10 GiB) holds with room (docs/block-engine.md). With
+// SingleBlock it is the series limit whatever MaxSeriesPerPartition says.
+const JobSeriesLimit = 2_000_000
 
 // Defaults fills zero fields with their documented defaults.
 func (p Policy) Defaults() Policy {
@@ -58,7 +70,7 @@ func (p Policy) Defaults() Policy {
 		p.CloseDelay = time.Hour
 	}
 	if p.MaxSeriesPerPartition == 0 {
-		p.MaxSeriesPerPartition = 2_000_000
+		p.MaxSeriesPerPartition = JobSeriesLimit
 	}
 	if p.MaxIndexBytesPerPartition == 0 {
 		p.MaxIndexBytesPerPartition = 2 << 30
