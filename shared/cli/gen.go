@@ -113,7 +113,7 @@ func (l *externalLabels) Set(s string) error {
 	if !ok || k == "" || v == "" {
 		return fmt.Errorf("want name=value, got %q", s)
 	}
-	if !model.LabelName(k).IsValidLegacy() {
+	if !model.LegacyValidation.IsValidLabelName(k) {
 		return fmt.Errorf("%q is not a label name", k)
 	}
 	if l.m == nil {

@@ -39,7 +39,7 @@ func TestThanosBucket(t *testing.T) {
 				c.Layout.SingleTenant = "thanos"
 				c.ReplicaLabels = []string{"replica"}
 				c.Policy.MaxSeriesPerPartition = 40 // 2 × 30 series per range: two partitions by the limits
-				c.Policy.SingleBlock = tc.single     // what SLUICE_PARTITIONING=auto|limits sets in this layout
+				c.Policy.SingleBlock = tc.single    // what SLUICE_PARTITIONING=auto|limits sets in this layout
 			}})
 			ctx := context.Background()
 			for i, cluster := range []string{"east", "west"} {
