@@ -16,7 +16,6 @@ import (
 	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/aws/smithy-go"
 )
 
 // S3API is the subset of *s3.Client that blockstore uses.
@@ -109,40 +108,6 @@ func forEach(ctx context.Context, n, limit int, fn func(ctx context.Context, i i
 		return firstErr
 	}
 	return ctx.Err()
-}
-
-func statusCode(err error) int {
-	var se interface{ HTTPStatusCode() int }
-	if errors.As(err, &se) {
-		return se.HTTPStatusCode()
-	}
-	return 0
-}
-
-func errorCode(err error) string {
-	var ae smithy.APIError
-	if errors.As(err, &ae) {
-		return ae.ErrorCode()
-	}
-	return ""
-}
-
-func isPreconditionFailed(err error) bool {
-	return statusCode(err) == 412 || errorCode(err) == "PreconditionFailed"
-}
-
-// isConditionalConflict: S3 answers 409 when a conditional write races
-// another write of the same key in flight; retrying settles it.
-func isConditionalConflict(err error) bool {
-	return statusCode(err) == 409 || errorCode(err) == "ConditionalRequestConflict"
-}
-
-func isNotFound(err error) bool {
-	switch errorCode(err) {
-	case "NoSuchKey", "NoSuchVersion", "NotFound":
-		return true
-	}
-	return statusCode(err) == 404
 }
 
 func deref[T any](p *T) T {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/sluice-dev/sluice/shared/s3errors"
 )
 
 // SizeUnknown as Object.Size skips the size check (meta.json, whose size
@@ -68,7 +69,7 @@ func download(ctx context.Context, api S3API, bucket string, o Object, dir strin
 	}
 	out, err := api.GetObject(ctx, in)
 	if err != nil {
-		if isNotFound(err) {
+		if s3errors.IsNotFound(err) {
 			return fmt.Errorf("%s: %w: %w", where, ErrNotFound, err)
 		}
 		return fmt.Errorf("%s: %w", where, err)

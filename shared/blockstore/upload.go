@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/sluice-dev/sluice/shared/s3errors"
 )
 
 // Upload defaults.
@@ -152,7 +153,7 @@ func putIfAbsent(ctx context.Context, api S3API, bucket, key string, size int64,
 				return "", false, fmt.Errorf("no VersionId returned: is versioning on for bucket %s?", bucket)
 			}
 			return vid, false, nil
-		case isPreconditionFailed(err):
+		case s3errors.IsPreconditionFailed(err):
 			existing, found, herr := adopt(ctx, api, bucket, key, size, checksum)
 			if herr != nil {
 				return "", false, herr
@@ -161,7 +162,7 @@ func putIfAbsent(ctx context.Context, api S3API, bucket, key string, size int64,
 				return existing, true, nil
 			}
 			// The object that made us lose is gone again: try once more.
-		case isConditionalConflict(err):
+		case s3errors.IsConflict(err):
 		default:
 			return "", false, err
 		}
@@ -206,7 +207,7 @@ func PutOnce(ctx context.Context, api S3API, bucket, key string, body []byte) (v
 func adopt(ctx context.Context, api S3API, bucket, key string, size int64, checksum string) (versionID string, found bool, err error) {
 	h, err := api.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), ChecksumMode: types.ChecksumModeEnabled})
 	if err != nil {
-		if isNotFound(err) {
+		if s3errors.IsNotFound(err) {
 			return "", false, nil
 		}
 		return "", false, fmt.Errorf("head existing object: %w", err)

@@ -2,19 +2,14 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
-	"github.com/aws/smithy-go"
 
 	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/blockmeta"
@@ -63,24 +58,6 @@ func ListVersions(ctx context.Context, c S3Reader, bucket, prefix string) ([]Obj
 		}
 		in.KeyMarker, in.VersionIdMarker = res.NextKeyMarker, res.NextVersionIdMarker
 	}
-}
-
-// isNotFound reports a 404 from S3 (HEAD has no error code, only a status).
-func isNotFound(err error) bool {
-	if err == nil {
-		return false
-	}
-	var nsk *s3types.NoSuchKey
-	var nf *s3types.NotFound
-	if errors.As(err, &nsk) || errors.As(err, &nf) {
-		return true
-	}
-	var re *awshttp.ResponseError
-	if errors.As(err, &re) && re.HTTPStatusCode() == http.StatusNotFound {
-		return true
-	}
-	var api smithy.APIError
-	return errors.As(err, &api) && (api.ErrorCode() == "NotFound" || api.ErrorCode() == "NoSuchKey")
 }
 
 // DownloadBlock writes the object versions a block's record names into

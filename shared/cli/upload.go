@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/blockmeta"
+	"github.com/sluice-dev/sluice/shared/s3errors"
 	"github.com/sluice-dev/sluice/shared/spec"
 )
 
@@ -466,7 +467,7 @@ func UploadBlocks(ctx context.Context, c S3Uploader, blocks []LocalBlock, opts U
 				}
 				continue
 			}
-			if !isNotFound(err) {
+			if !s3errors.IsNotFound(err) {
 				return sum, fmt.Errorf("check s3://%s/%s: %w", opts.Bucket, metaKey, err)
 			}
 		}

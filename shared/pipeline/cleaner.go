@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -529,7 +530,7 @@ func (c Cleaner) Sweep(ctx context.Context) error {
 	var errs []error
 	active, err := c.Store.Due(ctx, records.AgendaActive, now)
 	if err != nil {
-		return err
+		return errors.Join(append(errs, err)...)
 	}
 	for _, e := range active {
 		g, err := planning.ParseGroupKey(e.Subject)
@@ -542,12 +543,12 @@ func (c Cleaner) Sweep(ctx context.Context) error {
 	}
 	deletes, err := c.Store.Due(ctx, records.AgendaDelete, now)
 	if err != nil {
-		return err
+		return errors.Join(append(errs, err)...)
 	}
 	errs = append(errs, forEach(ctx, deletes, max(c.Config.SweepParallelism, 1), c.deleteRetired)...)
 	ranges, err := c.Store.Due(ctx, records.AgendaRange, now)
 	if err != nil {
-		return err
+		return errors.Join(append(errs, err)...)
 	}
 	for _, e := range ranges {
 		if err := c.Send.Plan(ctx, messages.PlanRequest{Tenant: e.Tenant, Group: e.Subject, Why: "range closed"}); err != nil {
@@ -560,7 +561,7 @@ func (c Cleaner) Sweep(ctx context.Context) error {
 	}
 	orphans, err := c.Store.Due(ctx, records.AgendaOrphans, now)
 	if err != nil {
-		return err
+		return errors.Join(append(errs, err)...)
 	}
 	for _, e := range orphans {
 		if err := c.secondOrphanSweep(ctx, e); err != nil {
@@ -570,7 +571,7 @@ func (c Cleaner) Sweep(ctx context.Context) error {
 	c.Logger.InfoContext(ctx, "sweep done", "active", len(active), "deletes", len(deletes), "ranges", len(ranges),
 		"orphanSweeps", len(orphans), "errors", len(errs))
 	if len(errs) > 0 {
-		return fmt.Errorf("sweep: %d errors, first: %w", len(errs), errs[0])
+		return fmt.Errorf("sweep: %d errors: %w", len(errs), errors.Join(errs...))
 	}
 	return nil
 }

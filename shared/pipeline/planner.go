@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/s3errors"
 	"github.com/sluice-dev/sluice/shared/s3event"
 	"github.com/sluice-dev/sluice/shared/stream"
 )
@@ -76,7 +77,7 @@ func (p Planner) handleObject(ctx context.Context, o s3event.ObjectCreated) erro
 	log := p.Logger.With("tenant", k.Tenant, "block", k.Block.String())
 	body, vid, err := p.getObject(ctx, o.Key, o.VersionID)
 	if err != nil {
-		if isNotFound(err) {
+		if s3errors.IsNotFound(err) {
 			// NoSuchKey, or NoSuchVersion for a late event whose version
 			// was deleted since (compacted and retired, or a stray).
 			log.WarnContext(ctx, "meta.json (version) is gone; skipping a late event", "key", o.Key, "version", o.VersionID)

@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/s3errors"
 )
 
 // Uploader executes block ops (docs/design.md §4.4): the only writer of
@@ -192,7 +193,10 @@ func (u Uploader) mark(ctx context.Context, k blockkey.Key, b records.Block, log
 	if b.MarkVersionID != "" {
 		return nil
 	}
-	id, _ := ulid.ParseStrict(b.ID)
+	id, err := ulid.ParseStrict(b.ID)
+	if err != nil {
+		return fmt.Errorf("mark %s: the record's block id is no ULID: %w", k, err)
+	}
 	body, err := blockmeta.NewDeletionMark(id, u.now()).Marshal()
 	if err != nil {
 		return err
@@ -239,7 +243,7 @@ func (u Uploader) deleteVersion(ctx context.Context, key, vid string) error {
 		return fmt.Errorf("delete %s: refusing a delete without a VersionId", key)
 	}
 	_, err := u.S3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(u.Config.Bucket), Key: aws.String(key), VersionId: aws.String(vid)})
-	if err != nil && !isNotFound(err) {
+	if err != nil && !s3errors.IsNotFound(err) {
 		return fmt.Errorf("delete %s version %s: %w", key, vid, err)
 	}
 	return nil

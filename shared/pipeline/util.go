@@ -2,14 +2,10 @@ package pipeline
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
-	"net/http"
 	"time"
 
-	"github.com/aws/smithy-go"
-	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/oklog/ulid/v2"
 
 	"github.com/sluice-dev/sluice/shared/compaction"
@@ -18,25 +14,6 @@ import (
 )
 
 func timeMs(ms int64) time.Time { return time.UnixMilli(ms) }
-
-// isNotFound reports a 404 from S3 (NoSuchKey, NotFound, NoSuchVersion).
-func isNotFound(err error) bool {
-	if err == nil {
-		return false
-	}
-	var re *smithyhttp.ResponseError
-	if errors.As(err, &re) && re.HTTPStatusCode() == http.StatusNotFound {
-		return true
-	}
-	var ae smithy.APIError
-	if errors.As(err, &ae) {
-		switch ae.ErrorCode() {
-		case "NoSuchKey", "NotFound", "NoSuchVersion":
-			return true
-		}
-	}
-	return false
-}
 
 // outputULID is the output block of partition p of version g: derived from
 // (tenant, group, version, partition) and the version's creation time, so
