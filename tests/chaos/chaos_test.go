@@ -88,7 +88,12 @@ const (
 	stuckAfter    = 40 * time.Second
 	deletionDelay = 3 * time.Second
 	orphanDelay   = 25 * time.Second
-	settleTimeout = 4 * time.Minute
+	// settleTimeout bounds a seed's settling in wall time. A seed settles in
+	// about 90 s on an idle two-core machine; six at once on a machine
+	// that is also compiling took over four minutes (every seed of that
+	// wave failed liveness, none livelocked), so the bound is generous:
+	// a livelock is still caught, later.
+	settleTimeout = 6 * time.Minute
 	// A job with less than deadlineMargin left stops (fDeadline). A
 	// version's jobs may fail maxJobAttempts times before quarantine: far
 	// more than in production (3), because the run kills jobs at a rate no
