@@ -71,7 +71,8 @@ pass() {
   bin/sluice --env-file "$envfile" status | grep -E "note:|TENANT" || true
 
   local bucket
-  bucket=$(grep '^SLUICE_BUCKET=' "$envfile" | cut -d= -f2-)
+  bucket=$(sed -n "s/^\(export \)\{0,1\}SLUICE_BUCKET='\{0,1\}\([^']*\)'\{0,1\}$/\2/p" "$envfile")
+  [ -n "$bucket" ] || { echo "thanos-check: no SLUICE_BUCKET in $envfile" >&2; exit 1; }
   cat >"$work/$name-objstore.yml" <<EOF
 type: S3
 config:
@@ -83,7 +84,12 @@ config:
   insecure: true
   bucket_lookup_type: path
 EOF
-  "$thanos" tools bucket inspect --objstore.config-file="$work/$name-objstore.yml" 2>/dev/null | tee "$work/$name-inspect.txt"
+  if ! "$thanos" tools bucket inspect --objstore.config-file="$work/$name-objstore.yml" >"$work/$name-inspect.txt" 2>"$work/$name-inspect.log"; then
+    cat "$work/$name-inspect.log"
+    echo "thanos-check: pass $name: thanos tools bucket inspect failed" >&2
+    exit 1
+  fi
+  cat "$work/$name-inspect.txt"
   local log=$work/$name-verify.log
   "$thanos" tools bucket verify --objstore.config-file="$work/$name-objstore.yml" \
     --issues=overlapped_blocks --issues=index_known_issues --issues=duplicated_compaction >"$log" 2>&1 || {
