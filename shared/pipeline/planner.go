@@ -562,7 +562,7 @@ func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKe
 	if err := p.step(ctx, "planner.before-claim", next.Ref()); err != nil {
 		return false, err
 	}
-	if err := p.Store.Claim(ctx, next.Ref(), srcs, now); err != nil {
+	if err := p.Store.Claim(ctx, next, srcs, now); err != nil {
 		if !records.IsConditionLost(err) {
 			return false, err
 		}

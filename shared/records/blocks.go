@@ -215,14 +215,27 @@ func (st *Store) updateBlock(ctx context.Context, op string, u *types.Update) er
 	return st.transact(ctx, op, []types.TransactWriteItem{{Update: u}})
 }
 
-// Claim claims sources for version ref, in transactions of at most 100.
+// Claim claims sources for version g, in transactions of at most 100.
 // Each claim expects the block LIVE, published, unclaimed and at the gen
 // that planning read; a lost claim abandons the version (the caller
 // releases what was claimed). Claiming is idempotent per (ref, batch).
-func (st *Store) Claim(ctx context.Context, ref string, srcs []Block, now time.Time) error {
-	for start := 0; start < len(srcs); start += maxTransactItems {
-		batch := srcs[start:min(start+maxTransactItems, len(srcs))]
-		items := make([]types.TransactWriteItem, 0, len(batch))
+func (st *Store) Claim(ctx context.Context, g Group, srcs []Block, now time.Time) error {
+	ref := g.Ref()
+	// Every batch is fenced on the version: still the head and CLAIMING.
+	// Without the fence a planner slowed between creating the version and
+	// claiming could claim for a version the sweep had superseded and
+	// cleaned up already, and nothing would ever release those claims
+	// (chaos seed 18: the range stayed "busy with another group").
+	fence := types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+		Key:                       key(tenantPK(g.Tenant), groupSK(g.Key)),
+		ConditionExpression:       aws.String("version = :v AND #st = :claiming"),
+		ExpressionAttributeNames:  map[string]string{"#st": "state"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":v": n(g.Version), ":claiming": s(string(GroupClaiming))},
+	}}
+	for start := 0; start < len(srcs); start += maxTransactItems - 1 {
+		batch := srcs[start:min(start+maxTransactItems-1, len(srcs))]
+		items := make([]types.TransactWriteItem, 0, len(batch)+1)
+		items = append(items, fence)
 		for _, b := range batch {
 			items = append(items, types.TransactWriteItem{Update: blockUpdate(b,
 				"#st = :live AND #gen = :gen AND published = :t AND attribute_not_exists(claimedBy)",

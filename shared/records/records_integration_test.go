@@ -58,7 +58,7 @@ func (w *world) planned(prev records.Group, srcs []records.Block, n int) records
 	if err := w.store.CreateVersion(w.ctx, prev, g, w.now, w.now); err != nil {
 		w.t.Fatalf("create %s: %v", g.Ref(), err)
 	}
-	if err := w.store.Claim(w.ctx, g.Ref(), srcs, w.now); err != nil {
+	if err := w.store.Claim(w.ctx, g, srcs, w.now); err != nil {
 		w.t.Fatalf("claim for %s: %v", g.Ref(), err)
 	}
 	if err := w.store.SetGroupState(w.ctx, g, records.GroupClaiming, records.GroupPlanned, w.now); err != nil {
@@ -129,15 +129,16 @@ func TestCreateVersionHasOneWinner(t *testing.T) {
 func TestClaimsAreExclusive(t *testing.T) {
 	w := newWorld(t)
 	b := w.block("B1", records.BlockLive)
-	if err := w.store.Claim(w.ctx, "acme/1#0@v1", []records.Block{b}, w.now); err != nil {
+	g1, g2 := w.claiming(g12), w.claiming(planning.GroupKey{Stream: g12.Stream, Level: 2, RangeStart: g12.RangeStart})
+	if err := w.store.Claim(w.ctx, g1, []records.Block{b}, w.now); err != nil {
 		t.Fatal(err)
 	}
-	err := w.store.Claim(w.ctx, "acme/2#0@v1", []records.Block{b}, w.now)
+	err := w.store.Claim(w.ctx, g2, []records.Block{b}, w.now)
 	if !records.IsConditionLost(err) {
 		t.Fatalf("second claim: %v, want lost", err)
 	}
 	got, _, _ := w.store.GetBlock(w.ctx, "acme", "B1")
-	if got.ClaimedBy != "acme/1#0@v1" || got.State != records.BlockClaimed || got.Gen != 2 {
+	if got.ClaimedBy != g1.Ref() || got.State != records.BlockClaimed || got.Gen != 2 {
 		t.Fatalf("block after claims = %+v", got)
 	}
 }
@@ -301,5 +302,35 @@ func TestNextVersionSchedulesPreviousOrphanSweep(t *testing.T) {
 		if found != tc.want {
 			t.Errorf("orphan sweep of v1 due at %s: %v, want %v (entries %v)", tc.at, found, tc.want, due)
 		}
+	}
+}
+
+// claiming creates version 1 of group k, CLAIMING.
+func (w *world) claiming(k planning.GroupKey) records.Group {
+	w.t.Helper()
+	g := records.Group{Tenant: "acme", Key: k, Version: 1, State: records.GroupClaiming,
+		CreatedAt: w.now.UnixMilli(), UpdatedAt: w.now.UnixMilli(), Partitions: 1}
+	if err := w.store.CreateVersion(w.ctx, records.Group{}, g, w.now, w.now); err != nil {
+		w.t.Fatalf("create %s: %v", g.Ref(), err)
+	}
+	return g
+}
+
+// TestClaimIsFencedOnTheVersion: a claim for a version the sweep has
+// superseded meanwhile is lost, and the block stays LIVE — no claim that
+// no cleanup will ever release (chaos seed 18).
+func TestClaimIsFencedOnTheVersion(t *testing.T) {
+	w := newWorld(t)
+	b := w.block("B1", records.BlockLive)
+	g := w.claiming(g12)
+	if err := w.store.Supersede(w.ctx, g, records.GroupClaiming, "claiming made no progress", w.now); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.store.Claim(w.ctx, g, []records.Block{b}, w.now); !records.IsConditionLost(err) {
+		t.Fatalf("claim for a superseded version: %v, want lost", err)
+	}
+	got, _, _ := w.store.GetBlock(w.ctx, "acme", "B1")
+	if got.State != records.BlockLive || got.ClaimedBy != "" {
+		t.Errorf("block after the lost claim: %s claimed by %q, want LIVE and unclaimed", got.State, got.ClaimedBy)
 	}
 }

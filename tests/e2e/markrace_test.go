@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/blockgen"
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/pipeline"
+	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/tests/testworld"
 )
@@ -39,9 +40,14 @@ func TestDeletionWaitsForTheRecordedMark(t *testing.T) {
 			}
 			id := blocks[0].Meta.ULID.String()
 			b, _, _ := w.Store.GetBlock(ctx, "acme", id)
-			const ref = "acme/1#0@v1"
 			now := time.Now()
-			if err := w.Store.Claim(ctx, ref, []records.Block{b}, now); err != nil {
+			g := records.Group{Tenant: "acme", Key: planning.GroupKey{Stream: b.Stream, Level: 1, RangeStart: b.MinT}, Version: 1,
+				State: records.GroupClaiming, CreatedAt: now.UnixMilli(), UpdatedAt: now.UnixMilli(), Partitions: 1, Sources: []string{b.ID}}
+			if err := w.Store.CreateVersion(ctx, records.Group{}, g, now, now); err != nil {
+				t.Fatal(err)
+			}
+			ref := g.Ref()
+			if err := w.Store.Claim(ctx, g, []records.Block{b}, now); err != nil {
 				t.Fatal(err)
 			}
 			b, _, _ = w.Store.GetBlock(ctx, "acme", id)
