@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-dev/sluice/shared/cli"
 	"github.com/sluice-dev/sluice/shared/equiv"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 )
 
@@ -51,7 +52,7 @@ func (r *run) check(ctx context.Context) error {
 		if !ts.Equivalence.OK() {
 			r.fail("%s: the live blocks do not hold exactly the uploaded samples: %s", ts.Tenant, ts.Equivalence.String())
 		}
-		if left := ts.Uploaded - ts.After[0][records.BlockDeleted]; left > 0 {
+		if left := ts.Uploaded - ts.After[0][protocol.BlockDeleted]; left > 0 {
 			r.fail("%s: %d of %d uploaded blocks were not compacted and deleted", ts.Tenant, left, ts.Uploaded)
 		}
 		if len(ts.Live) == 0 {
@@ -66,13 +67,13 @@ func (r *run) readTenant(ctx context.Context, st *records.Store, ts *TenantSumma
 	if err != nil {
 		return err
 	}
-	ts.After = map[int]map[records.BlockState]int{}
+	ts.After = map[int]map[protocol.BlockState]int{}
 	for _, b := range blocks {
 		if ts.After[b.Level] == nil {
-			ts.After[b.Level] = map[records.BlockState]int{}
+			ts.After[b.Level] = map[protocol.BlockState]int{}
 		}
 		ts.After[b.Level][b.State]++
-		if b.State == records.BlockLive {
+		if b.State == protocol.BlockLive {
 			ts.Live = append(ts.Live, LiveBlock{ID: b.ID, Level: b.Level, MinT: b.MinT, MaxT: b.MaxT, Series: b.Series,
 				Samples: b.Samples, ProducedBy: b.ProducedBy})
 		}

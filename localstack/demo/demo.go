@@ -34,6 +34,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/cli"
 	"github.com/sluice-dev/sluice/shared/config"
 	"github.com/sluice-dev/sluice/shared/equiv"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/spec"
 )
@@ -169,7 +170,7 @@ type TenantSummary struct {
 	// Uploaded counts the generated blocks, all 2h (level 0).
 	Uploaded int `json:"uploaded"`
 	// After counts blocks by level and state at the end.
-	After map[int]map[records.BlockState]int `json:"after"`
+	After map[int]map[protocol.BlockState]int `json:"after"`
 	// Live lists the live blocks at the end.
 	Live []LiveBlock `json:"live"`
 	// Groups run, with every version's partitions.
@@ -563,14 +564,14 @@ func (r *run) state(ctx context.Context, st *records.Store) (state, error) {
 		for _, b := range blocks {
 			if b.Level == 0 {
 				s.uploads++
-				if b.State == records.BlockDeleted {
+				if b.State == protocol.BlockDeleted {
 					s.retired++
 				}
 			}
 			switch b.State {
-			case records.BlockClaimed, records.BlockPending, records.BlockRetiring:
+			case protocol.BlockClaimed, protocol.BlockPending, protocol.BlockRetiring:
 				s.transitional++
-			case records.BlockLive:
+			case protocol.BlockLive:
 				s.live++
 				if !b.Published {
 					s.transitional++
@@ -586,13 +587,13 @@ func (r *run) state(ctx context.Context, st *records.Store) (state, error) {
 			if !g.State.Unfinished() {
 				s.finished++
 			}
-			if g.State == records.GroupPlanned {
+			if g.State == protocol.GroupPlanned {
 				parts, err := st.Partitions(ctx, t.Name, g.Key, g.Version)
 				if err != nil {
 					return s, err
 				}
 				for _, p := range parts {
-					if p.State == records.PartitionRunning {
+					if p.State == protocol.PartitionRunning {
 						s.running++
 					}
 				}

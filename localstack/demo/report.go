@@ -9,7 +9,7 @@ import (
 
 	"github.com/sluice-dev/sluice/shared/awsenv"
 	"github.com/sluice-dev/sluice/shared/cli"
-	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/protocol"
 )
 
 // requests turns the counter's snapshots (before upload, after upload,
@@ -41,8 +41,8 @@ func sortedOps(cs []awsenv.Count) []string {
 	return out
 }
 
-var afterStates = []records.BlockState{records.BlockLive, records.BlockDeleted, records.BlockDiscarded,
-	records.BlockRetiring, records.BlockClaimed, records.BlockPending, records.BlockRejected}
+var afterStates = []protocol.BlockState{protocol.BlockLive, protocol.BlockDeleted, protocol.BlockDiscarded,
+	protocol.BlockRetiring, protocol.BlockClaimed, protocol.BlockPending, protocol.BlockRejected}
 
 func (r *run) report() {
 	w := r.out

@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 )
 
@@ -91,7 +92,7 @@ func Retry(ctx context.Context, st *records.Store, send messages.Sender, req mes
 		if !ok {
 			return "", fmt.Errorf("block %s/%s is not known to Sluice", req.Tenant, req.Block)
 		}
-		if b.State != records.BlockQuarantined {
+		if b.State != protocol.BlockQuarantined {
 			return "", fmt.Errorf("block %s is %s, not quarantined: nothing to retry", b.Key(), b.State)
 		}
 		return fmt.Sprintf("quarantined block %s (%s)", b.Key(), b.Reason), send.Retry(ctx, req)
@@ -107,7 +108,7 @@ func Retry(ctx context.Context, st *records.Store, send messages.Sender, req mes
 	if !ok {
 		return "", fmt.Errorf("group %s/%s is not known to Sluice", req.Tenant, req.Group)
 	}
-	if head.State != records.GroupQuarantined {
+	if head.State != protocol.GroupQuarantined {
 		return "", fmt.Errorf("group %s is %s, not quarantined: nothing to retry", head.Ref(), head.State)
 	}
 	return fmt.Sprintf("quarantined group %s (%s)", head.Ref(), head.Reason), send.Retry(ctx, req)

@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/eventsource"
 	"github.com/sluice-dev/sluice/shared/localpipeline"
 	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/spec"
 )
@@ -288,7 +289,7 @@ func NothingToDoNow(ctx context.Context, st *records.Store, now time.Time) (idle
 			if g.State.Unfinished() {
 				return false, nil, nil
 			}
-			if g.State == records.GroupQuarantined {
+			if g.State == protocol.GroupQuarantined {
 				quarantined[g.Ref()] = true
 			}
 		}
@@ -298,10 +299,10 @@ func NothingToDoNow(ctx context.Context, st *records.Store, now time.Time) (idle
 		}
 		for _, b := range blocks {
 			switch {
-			case b.State == records.BlockClaimed && quarantined[b.ClaimedBy]:
-			case b.State == records.BlockLive && !b.Published, b.State == records.BlockPending, b.State == records.BlockClaimed,
-				b.State == records.BlockRetiring && b.MarkVersionID == "",
-				b.State == records.BlockQuarantined && b.NoCompactMarkVersionID == "":
+			case b.State == protocol.BlockClaimed && quarantined[b.ClaimedBy]:
+			case b.State == protocol.BlockLive && !b.Published, b.State == protocol.BlockPending, b.State == protocol.BlockClaimed,
+				b.State == protocol.BlockRetiring && b.MarkVersionID == "",
+				b.State == protocol.BlockQuarantined && b.NoCompactMarkVersionID == "":
 				return false, nil, nil
 			}
 		}
@@ -440,7 +441,7 @@ func (v *runView) line(ctx context.Context) (string, error) {
 				return "", err
 			}
 			for _, p := range parts {
-				if p.State == records.PartitionRunning {
+				if p.State == protocol.PartitionRunning {
 					leased++
 				}
 			}

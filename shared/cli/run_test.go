@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/sluice-dev/sluice/shared/blockgen"
-	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/protocol"
 )
 
 // TestRunUntilIdle: blocks uploaded with 'sluice upload' are compacted by
@@ -39,7 +39,7 @@ func TestRunUntilIdle(t *testing.T) {
 	}
 	retired := 0
 	for _, g := range groups {
-		if g.State == records.GroupRetired {
+		if g.State == protocol.GroupRetired {
 			retired++
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/config"
 	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/spec"
 )
@@ -226,9 +227,9 @@ type SQSAPI interface {
 }
 
 // blockStates in the order status shows them.
-var blockStates = []records.BlockState{
-	records.BlockLive, records.BlockClaimed, records.BlockRetiring, records.BlockPending,
-	records.BlockDeleted, records.BlockDiscarded, records.BlockRejected, records.BlockQuarantined,
+var blockStates = []protocol.BlockState{
+	protocol.BlockLive, protocol.BlockClaimed, protocol.BlockRetiring, protocol.BlockPending,
+	protocol.BlockDeleted, protocol.BlockDiscarded, protocol.BlockRejected, protocol.BlockQuarantined,
 }
 
 // GatherStatus reads the report.
@@ -290,14 +291,14 @@ func tenantStatus(ctx context.Context, st *records.Store, pol planning.Policy, t
 	outputs := map[span]int{}
 	var spans []span
 	for _, b := range blocks {
-		if thanosBucket && b.State == records.BlockLive && b.Level >= 1 {
+		if thanosBucket && b.State == protocol.BlockLive && b.Level >= 1 {
 			k := span{b.Stream, b.Level, b.MinT, b.MaxT}
 			if outputs[k] == 0 {
 				spans = append(spans, k)
 			}
 			outputs[k]++
 		}
-		if i, ok := streamAt[b.Stream]; ok && b.State == records.BlockLive {
+		if i, ok := streamAt[b.Stream]; ok && b.State == protocol.BlockLive {
 			ts.Streams[i].LiveBlocks++
 			ts.Streams[i].LiveSamples += b.Samples
 		}
@@ -306,12 +307,12 @@ func tenantStatus(ctx context.Context, st *records.Store, pol planning.Policy, t
 		}
 		byLevel[b.Level][string(b.State)]++
 		switch b.State {
-		case records.BlockLive:
+		case protocol.BlockLive:
 			ts.LiveBlocks++
 			ts.LiveSamples += b.Samples
-		case records.BlockRejected:
+		case protocol.BlockRejected:
 			ts.Rejected = append(ts.Rejected, RejectedBlock{Block: b.ID, Reason: b.Reason})
-		case records.BlockQuarantined:
+		case protocol.BlockQuarantined:
 			ts.Quarantined = append(ts.Quarantined, Quarantined{Block: b.ID, Reason: b.Reason})
 		}
 	}
@@ -366,7 +367,7 @@ func tenantStatus(ctx context.Context, st *records.Store, pol planning.Policy, t
 		gs := GroupStatus{Group: g.Key.String(), Stream: streamName(g.Key.Stream), Level: g.Key.Level, RangeStart: g.Key.RangeStart,
 			Version: g.Version, State: string(g.State), Partitions: g.Partitions, Sources: len(g.Sources), Updated: g.UpdatedAt,
 			Failures: g.Failures, LastError: g.LastError}
-		if g.State == records.GroupQuarantined {
+		if g.State == protocol.GroupQuarantined {
 			ts.Quarantined = append(ts.Quarantined, Quarantined{Group: g.Key.String(), Reason: g.Reason})
 		}
 		if g.Key.Level >= 1 && g.Key.Level <= pol.TopLevel() {
@@ -380,11 +381,11 @@ func tenantStatus(ctx context.Context, st *records.Store, pol planning.Policy, t
 			gs.PartitionsRead = true
 			for _, p := range parts {
 				switch p.State {
-				case records.PartitionDone:
+				case protocol.PartitionDone:
 					gs.Done++
-				case records.PartitionRunning:
+				case protocol.PartitionRunning:
 					gs.Running++
-					if g.State == records.GroupPlanned {
+					if g.State == protocol.GroupPlanned {
 						ts.Leases = append(ts.Leases, LeaseStatus{Group: g.Key.String(), Version: g.Version, Partition: p.Index,
 							Owner: p.LeaseOwner, Attempt: p.Attempt, Until: p.LeaseUntil,
 							ExpiresInSeconds: int64(time.UnixMilli(p.LeaseUntil).Sub(now).Seconds())})

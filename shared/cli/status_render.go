@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/protocol"
 )
 
 // maxFinishedGroups is how many finished groups status lists before it
@@ -34,7 +34,7 @@ func (t TenantStatus) render(w io.Writer, now time.Time, allGroups bool) {
 	if len(t.Blocks) == 0 {
 		fmt.Fprintln(w, "  no blocks")
 	} else {
-		present := map[string]bool{string(records.BlockLive): true}
+		present := map[string]bool{string(protocol.BlockLive): true}
 		for _, l := range t.Blocks {
 			for s, n := range l.States {
 				if n > 0 {
@@ -85,7 +85,7 @@ func (t TenantStatus) render(w io.Writer, now time.Time, allGroups bool) {
 	var shown, finished []GroupStatus
 	counts := map[string]int{}
 	for _, g := range t.Groups {
-		if records.GroupState(g.State).Unfinished() {
+		if protocol.GroupState(g.State).Unfinished() {
 			shown = append(shown, g)
 		} else {
 			finished = append(finished, g)
@@ -134,7 +134,7 @@ func (t TenantStatus) render(w io.Writer, now time.Time, allGroups bool) {
 		tw.Flush()
 	}
 	for _, g := range t.Groups {
-		if records.GroupState(g.State).Unfinished() && g.Failures > 0 {
+		if protocol.GroupState(g.State).Unfinished() && g.Failures > 0 {
 			fmt.Fprintf(w, "  L%d %s v%d: %d failed attempt(s), last: %s\n", g.Level, groupRange(g), g.Version, g.Failures, short(g.LastError))
 		}
 	}

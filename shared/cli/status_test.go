@@ -9,11 +9,14 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sluice-dev/sluice/shared/blockgen"
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/spec"
 	"github.com/sluice-dev/sluice/shared/stream"
@@ -35,15 +38,15 @@ func TestStatusCommand(t *testing.T) {
 	dirs := gen(t, blockgen.Options{Tenant: "status", Blocks: 3})
 	bs := w.uploadAndRegister("team-a", dirs[:2], nil)
 	w.uploadAndRegister("team-a", dirs[2:], func(_ int, b *records.Block) {
-		b.State, b.Reason = records.BlockRejected, "block file missing: team-a/X/index"
+		b.State, b.Reason = protocol.BlockRejected, "block file missing: team-a/X/index"
 	})
 	g := planning.GroupKey{Stream: stream.Stream{}.ID(), Level: 1, RangeStart: bs[0].MinT}
-	head := records.Group{Tenant: "team-a", Key: g, Version: 1, State: records.GroupClaiming, CreatedAt: now.UnixMilli(),
+	head := records.Group{Tenant: "team-a", Key: g, Version: 1, State: protocol.GroupClaiming, CreatedAt: now.UnixMilli(),
 		UpdatedAt: now.UnixMilli(), Partitions: 2, Sources: []string{bs[0].ID, bs[1].ID}}
 	if err := w.store.CreateVersion(ctx, records.Group{}, head, now, now); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.store.SetGroupState(ctx, head, records.GroupClaiming, records.GroupPlanned, now); err != nil {
+	if err := w.store.SetGroupState(ctx, head, protocol.GroupClaiming, protocol.GroupPlanned, now); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := w.store.Lease(ctx, "team-a", g, 1, 1, "compact@test-worker", now, now.Add(20*time.Minute), 3); err != nil {
@@ -179,20 +182,35 @@ func TestStatusNotesThanosOverlaps(t *testing.T) {
 	ctx := context.Background()
 	const day = int64(24 * time.Hour / time.Millisecond)
 	start := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
-	register := func(id string, level int, minT, maxT int64, state records.BlockState) {
+	register := func(id string, level int, minT, maxT int64, state protocol.BlockState) {
 		t.Helper()
-		b := records.Block{Tenant: "thanos", ID: id, MinT: minT, MaxT: maxT, State: state, Level: level, Gen: 1, Published: true, Series: 10, Samples: 100}
+		b := records.Block{Tenant: "thanos", ID: id, MinT: minT, MaxT: maxT, State: protocol.BlockLive, Level: level, Gen: 1, Published: true, Series: 10, Samples: 100}
 		if err := w.store.RegisterBlock(ctx, b, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		if state == protocol.BlockLive {
+			return
+		}
+		// A fixture, not a transition: status only reads the state.
+		_, err := w.env.Clients.DynamoDB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: aws.String(w.env.Deployment.Table),
+			Key: map[string]types.AttributeValue{
+				"PK": &types.AttributeValueMemberS{Value: "T#thanos"}, "SK": &types.AttributeValueMemberS{Value: "B#" + id}},
+			UpdateExpression:          aws.String("SET #st = :st"),
+			ExpressionAttributeNames:  map[string]string{"#st": "state"},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":st": &types.AttributeValueMemberS{Value: string(state)}},
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Day 1: two partitions, live. Day 2: one block. Day 3: two
 	// partitions, one of them already retired.
-	register("01HK1BZM80AAAAAAAAAAAAAAA1", 2, start, start+day, records.BlockLive)
-	register("01HK1BZM80AAAAAAAAAAAAAAA2", 2, start, start+day, records.BlockLive)
-	register("01HK1BZM80AAAAAAAAAAAAAAA3", 2, start+day, start+2*day, records.BlockLive)
-	register("01HK1BZM80AAAAAAAAAAAAAAA4", 2, start+2*day, start+3*day, records.BlockLive)
-	register("01HK1BZM80AAAAAAAAAAAAAAA5", 2, start+2*day, start+3*day, records.BlockRetiring)
+	register("01HK1BZM80AAAAAAAAAAAAAAA1", 2, start, start+day, protocol.BlockLive)
+	register("01HK1BZM80AAAAAAAAAAAAAAA2", 2, start, start+day, protocol.BlockLive)
+	register("01HK1BZM80AAAAAAAAAAAAAAA3", 2, start+day, start+2*day, protocol.BlockLive)
+	register("01HK1BZM80AAAAAAAAAAAAAAA4", 2, start+2*day, start+3*day, protocol.BlockLive)
+	register("01HK1BZM80AAAAAAAAAAAAAAA5", 2, start+2*day, start+3*day, protocol.BlockRetiring)
 
 	thanos := maps.Clone(w.vars)
 	thanos["SLUICE_LAYOUT"], thanos["SLUICE_TENANT"] = "single-tenant", "thanos"

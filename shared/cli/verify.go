@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/blockmeta"
 	"github.com/sluice-dev/sluice/shared/config"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/stream"
 )
@@ -278,7 +279,7 @@ func verifyTenant(ctx context.Context, rep *VerifyReport, c S3Reader, cfg config
 		if !ok {
 			continue
 		}
-		if known && rec.State == records.BlockRejected {
+		if known && rec.State == protocol.BlockRejected {
 			continue
 		}
 		rep.PublishedMetas++
@@ -327,7 +328,7 @@ func verifyTenant(ctx context.Context, rep *VerifyReport, c S3Reader, cfg config
 	// I3 from the table: every version a readable block's record names is
 	// in the bucket with its size.
 	for _, b := range blocks {
-		readable := (b.State == records.BlockLive && b.Published) || b.State == records.BlockClaimed || b.State == records.BlockRetiring
+		readable := (b.State == protocol.BlockLive && b.Published) || b.State == protocol.BlockClaimed || b.State == protocol.BlockRetiring
 		if !readable {
 			continue
 		}
@@ -363,7 +364,7 @@ func verifyTenant(ctx context.Context, rep *VerifyReport, c S3Reader, cfg config
 		seen[v.id] = true
 	}
 	for _, b := range blocks {
-		if b.State == records.BlockLive && b.Published && !b.NoCompact && !seen[b.ID] {
+		if b.State == protocol.BlockLive && b.Published && !b.NoCompact && !seen[b.ID] {
 			vis = append(vis, visible{id: b.ID, key: b.Key(), stream: b.Stream, minT: b.MinT, maxT: b.MaxT, producer: versionOf(b.ProducedBy)})
 		}
 	}
@@ -393,7 +394,7 @@ func verifyTenant(ctx context.Context, rep *VerifyReport, c S3Reader, cfg config
 			for _, v := range bb.versions[file] {
 				key := bb.key.Object(file)
 				switch {
-				case known && rec.State == records.BlockRejected:
+				case known && rec.State == protocol.BlockRejected:
 					rejectedObjects++
 					continue
 				case file == blockmeta.NoCompactMarkFilename && !v.DeleteMarker:
@@ -420,18 +421,19 @@ func verifyTenant(ctx context.Context, rep *VerifyReport, c S3Reader, cfg config
 	return nil
 }
 
-func keptState(s records.BlockState) bool {
+func keptState(s protocol.BlockState) bool {
 	switch s {
-	case records.BlockLive, records.BlockClaimed, records.BlockRetiring, records.BlockPending:
+	case protocol.BlockLive, protocol.BlockClaimed, protocol.BlockRetiring, protocol.BlockPending:
 		return true
 	}
 	return false
 }
 
-// versionOf strips the partition from a producedBy "<tenant>/<group>@v<v>/p<p>".
+// versionOf is the version a producedBy (a protocol.PartitionRef) names;
+// anything else is returned as it is.
 func versionOf(producedBy string) string {
-	if i := strings.LastIndex(producedBy, "/p"); i > strings.LastIndex(producedBy, "@") && strings.Contains(producedBy, "@") {
-		return producedBy[:i]
+	if r, err := protocol.ParsePartitionRef(producedBy); err == nil {
+		return r.VersionRef.String()
 	}
 	return producedBy
 }

@@ -10,7 +10,10 @@ import (
 
 	"github.com/sluice-dev/sluice/shared/blockgen"
 	"github.com/sluice-dev/sluice/shared/blockmeta"
+	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/stream"
 )
 
 // uploadAndRegister uploads block directories for tenant with `sluice
@@ -31,7 +34,7 @@ func (w *world) uploadAndRegister(tenant string, dirs []string, edit func(i int,
 		if err != nil {
 			w.t.Fatal(err)
 		}
-		b := records.Block{Tenant: tenant, ID: id, MinT: lb.Meta.MinTime, MaxT: lb.Meta.MaxTime, State: records.BlockLive,
+		b := records.Block{Tenant: tenant, ID: id, MinT: lb.Meta.MinTime, MaxT: lb.Meta.MaxTime, State: protocol.BlockLive,
 			Gen: 1, Published: true, Series: lb.Meta.Stats.NumSeries, Samples: lb.Meta.Stats.NumSamples}
 		for _, v := range vs {
 			rel := strings.TrimPrefix(v.Key, tenant+"/"+id+"/")
@@ -85,7 +88,8 @@ func TestVerifyCommand(t *testing.T) {
 	t.Run("I2: partitions of one group version may overlap", func(t *testing.T) {
 		w.uploadAndRegister("parts", gen(t, blockgen.Options{Tenant: "parts", Blocks: 1, ReplicationFactor: 2}), func(i int, b *records.Block) {
 			b.Level = 1
-			b.ProducedBy = "parts/1#1704067200000@v3/p" + string(rune('0'+i))
+			g := planning.GroupKey{Stream: stream.Stream{Labels: map[string]string{"job": "parts"}}.ID(), Level: 1, RangeStart: 1704067200000}
+			b.ProducedBy = protocol.PartitionRef{VersionRef: protocol.VersionRef{Tenant: "parts", Group: g, Version: 3}, Partition: i}.String()
 		})
 		w.run("verify", "--tenant", "parts").wantCode(t, 0)
 	})

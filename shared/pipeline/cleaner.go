@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 )
 
@@ -73,12 +74,12 @@ func (c Cleaner) Advance(ctx context.Context, tenant string, g planning.GroupKey
 	log := c.Logger.With("tenant", tenant, "group", g.String(), "version", head.Version, "state", head.State)
 	now := c.now()
 	switch head.State {
-	case records.GroupClaiming:
+	case protocol.GroupClaiming:
 		if sweeping && now.UnixMilli()-head.UpdatedAt > c.Config.StuckAfter.Milliseconds() {
-			return c.supersede(ctx, head, records.GroupClaiming, "claiming made no progress")
+			return c.supersede(ctx, head, protocol.GroupClaiming, "claiming made no progress")
 		}
 		return nil
-	case records.GroupPlanned:
+	case protocol.GroupPlanned:
 		parts, err := c.Store.Partitions(ctx, tenant, g, head.Version)
 		if err != nil {
 			return err
@@ -89,7 +90,7 @@ func (c Cleaner) Advance(ctx context.Context, tenant string, g planning.GroupKey
 				return c.quarantine(ctx, head)
 			case head.LastErrorKind == records.FailureNotDeterministic:
 				// New output ULIDs: the next version writes under new keys.
-				return c.supersede(ctx, head, records.GroupPlanned, "an attempt found its output keys holding other bytes (not deterministic): "+head.LastError)
+				return c.supersede(ctx, head, protocol.GroupPlanned, "an attempt found its output keys holding other bytes (not deterministic): "+head.LastError)
 			case sweeping:
 				return c.redrive(ctx, head, parts)
 			}
@@ -106,19 +107,19 @@ func (c Cleaner) Advance(ctx context.Context, tenant string, g planning.GroupKey
 			return err
 		}
 		log.InfoContext(ctx, "version complete", "partitions", head.Partitions)
-		head.State = records.GroupComplete
+		head.State = protocol.GroupComplete
 		return c.finishComplete(ctx, head, parts)
-	case records.GroupComplete:
+	case protocol.GroupComplete:
 		parts, err := c.Store.Partitions(ctx, tenant, g, head.Version)
 		if err != nil {
 			return err
 		}
 		return c.finishComplete(ctx, head, parts)
-	case records.GroupSuperseded:
+	case protocol.GroupSuperseded:
 		return c.cleanupSuperseded(ctx, head)
-	case records.GroupQuarantined:
+	case protocol.GroupQuarantined:
 		return c.cleanupQuarantined(ctx, head)
-	case records.GroupRetired:
+	case protocol.GroupRetired:
 		if !sweeping {
 			return nil
 		}
@@ -136,7 +137,7 @@ func allDone(parts []records.Partition, n int) bool {
 		return false
 	}
 	for _, p := range parts {
-		if p.State != records.PartitionDone {
+		if p.State != protocol.PartitionDone {
 			return false
 		}
 	}
@@ -157,7 +158,7 @@ func (c Cleaner) finishComplete(ctx context.Context, head records.Group, parts [
 	published := 0
 	for _, b := range outs {
 		switch {
-		case b.State == records.BlockPending:
+		case b.State == protocol.BlockPending:
 			if err := c.step(ctx, "cleaner.before-activate", b.Key()); err != nil {
 				return err
 			}
@@ -172,7 +173,7 @@ func (c Cleaner) finishComplete(ctx context.Context, head records.Group, parts [
 			if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpPublish, Tenant: b.Tenant, Block: b.ID, Gen: gen}); err != nil {
 				return err
 			}
-		case b.State == records.BlockLive && !b.Published:
+		case b.State == protocol.BlockLive && !b.Published:
 			if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpPublish, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen}); err != nil {
 				return err
 			}
@@ -190,7 +191,7 @@ func (c Cleaner) finishComplete(ctx context.Context, head records.Group, parts [
 	}
 	for _, b := range srcs {
 		switch {
-		case b.State == records.BlockClaimed && b.ClaimedBy == head.Ref():
+		case b.State == protocol.BlockClaimed && b.ClaimedBy == head.Ref():
 			if err := c.step(ctx, "cleaner.before-retire", b.Key()); err != nil {
 				return err
 			}
@@ -206,7 +207,7 @@ func (c Cleaner) finishComplete(ctx context.Context, head records.Group, parts [
 				if err != nil {
 					return err
 				}
-				if !ok || cur.State != records.BlockRetiring || cur.MarkVersionID != "" {
+				if !ok || cur.State != protocol.BlockRetiring || cur.MarkVersionID != "" {
 					continue
 				}
 				gen = cur.Gen
@@ -214,19 +215,19 @@ func (c Cleaner) finishComplete(ctx context.Context, head records.Group, parts [
 			if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpMark, Tenant: b.Tenant, Block: b.ID, Gen: gen}); err != nil {
 				return err
 			}
-		case b.State == records.BlockRetiring && b.MarkVersionID == "":
+		case b.State == protocol.BlockRetiring && b.MarkVersionID == "":
 			if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpMark, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen}); err != nil {
 				return err
 			}
 		}
 	}
-	if err := c.Store.SetGroupState(ctx, head, records.GroupComplete, records.GroupRetired, now); err != nil {
+	if err := c.Store.SetGroupState(ctx, head, protocol.GroupComplete, protocol.GroupRetired, now); err != nil {
 		if records.IsConditionLost(err) {
 			return nil
 		}
 		return err
 	}
-	head.State = records.GroupRetired
+	head.State = protocol.GroupRetired
 	log.InfoContext(ctx, "version retired", "outputs", len(outs), "sources", len(srcs))
 	return c.finishRetired(ctx, head, parts)
 }
@@ -285,7 +286,7 @@ func (c Cleaner) replan(ctx context.Context, head records.Group) error {
 // supersede abandons a stuck version: CLAIMING|PLANNED → SUPERSEDED, then
 // its cleanup. A job of a superseded version fails its commit: fencing,
 // not timing, keeps it out.
-func (c Cleaner) supersede(ctx context.Context, head records.Group, from records.GroupState, why string) error {
+func (c Cleaner) supersede(ctx context.Context, head records.Group, from protocol.GroupState, why string) error {
 	if err := c.step(ctx, "cleaner.before-supersede", head.Ref()); err != nil {
 		return err
 	}
@@ -296,7 +297,7 @@ func (c Cleaner) supersede(ctx context.Context, head records.Group, from records
 		return err
 	}
 	c.Logger.WarnContext(ctx, "version superseded", "tenant", head.Tenant, "group", head.Key.String(), "version", head.Version, "why", why)
-	head.State = records.GroupSuperseded
+	head.State = protocol.GroupSuperseded
 	return c.cleanupSuperseded(ctx, head)
 }
 
@@ -310,7 +311,7 @@ func (c Cleaner) cleanupSuperseded(ctx context.Context, head records.Group) erro
 		return err
 	}
 	for _, b := range srcs {
-		if b.State == records.BlockClaimed && b.ClaimedBy == head.Ref() {
+		if b.State == protocol.BlockClaimed && b.ClaimedBy == head.Ref() {
 			if err := c.Store.ReleaseClaim(ctx, head.Ref(), b, now); err != nil && !records.IsConditionLost(err) {
 				return err
 			}
@@ -347,7 +348,7 @@ func (c Cleaner) discardOutputs(ctx context.Context, head records.Group, parts [
 	}
 	for _, b := range outs {
 		switch b.State {
-		case records.BlockPending:
+		case protocol.BlockPending:
 			gen, err := c.Store.Discard(ctx, b, c.now())
 			if err != nil {
 				if records.IsConditionLost(err) {
@@ -356,7 +357,7 @@ func (c Cleaner) discardOutputs(ctx context.Context, head records.Group, parts [
 				return err
 			}
 			b.Gen = gen
-		case records.BlockDiscarded:
+		case protocol.BlockDiscarded:
 		default:
 			continue
 		}
@@ -374,7 +375,7 @@ func (c Cleaner) discardOutputs(ctx context.Context, head records.Group, parts [
 // committed. On the happy path it lists nothing.
 func (c Cleaner) orphans(ctx context.Context, head records.Group, parts []records.Partition) error {
 	for _, p := range parts {
-		if p.Attempt == 0 || (p.Attempt == 1 && p.State == records.PartitionDone) {
+		if p.Attempt == 0 || (p.Attempt == 1 && p.State == protocol.PartitionDone) {
 			// Never leased, or leased once and committed: the one job that
 			// could write under this key is the one the record names.
 			continue
@@ -421,7 +422,7 @@ func (c Cleaner) orphans(ctx context.Context, head records.Group, parts []record
 // the re-send's nonce, so a duplicate note sends nothing new.
 func (c Cleaner) retryFailed(ctx context.Context, head records.Group, parts []records.Partition) error {
 	for _, p := range parts {
-		if p.State == records.PartitionPending && p.Failures > 0 {
+		if p.State == protocol.PartitionPending && p.Failures > 0 {
 			if err := sendJobs(ctx, c.Deps, head, []int{p.Index}, int64(p.Failures)); err != nil {
 				return err
 			}
@@ -449,7 +450,7 @@ func (c Cleaner) quarantine(ctx context.Context, head records.Group) error {
 		if err != nil {
 			return err
 		}
-		if ok && b.State == records.BlockClaimed && b.ClaimedBy == head.Ref() {
+		if ok && b.State == protocol.BlockClaimed && b.ClaimedBy == head.Ref() {
 			gen, err := c.Store.QuarantineSource(ctx, head, b, reason, now)
 			if err != nil {
 				if records.IsConditionLost(err) {
@@ -462,7 +463,7 @@ func (c Cleaner) quarantine(ctx context.Context, head records.Group) error {
 			if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpNoCompact, Tenant: b.Tenant, Block: b.ID, Gen: gen}); err != nil {
 				return err
 			}
-			head.State = records.GroupSuperseded
+			head.State = protocol.GroupSuperseded
 			return c.cleanupSuperseded(ctx, head)
 		}
 	}
@@ -474,7 +475,7 @@ func (c Cleaner) quarantine(ctx context.Context, head records.Group) error {
 		return err
 	}
 	log.ErrorContext(ctx, "group quarantined: its sources stay as they are until 'sluice retry'", "reason", reason)
-	head.State = records.GroupQuarantined
+	head.State = protocol.GroupQuarantined
 	return c.cleanupQuarantined(ctx, head)
 }
 
@@ -508,12 +509,12 @@ func (c Cleaner) redrive(ctx context.Context, head records.Group, parts []record
 	for _, p := range parts {
 		last = max(last, p.UpdatedAt)
 		stale := now-p.UpdatedAt > c.Config.RedriveAfter.Milliseconds()
-		if (p.State == records.PartitionPending && stale) || (p.State == records.PartitionRunning && p.LeaseUntil < now) {
+		if (p.State == protocol.PartitionPending && stale) || (p.State == protocol.PartitionRunning && p.LeaseUntil < now) {
 			lost = append(lost, p.Index)
 		}
 	}
 	if now-last > c.Config.StuckAfter.Milliseconds() {
-		return c.supersede(ctx, head, records.GroupPlanned, "no partition made progress")
+		return c.supersede(ctx, head, protocol.GroupPlanned, "no partition made progress")
 	}
 	if len(lost) == 0 {
 		return nil
@@ -614,18 +615,18 @@ func (c Cleaner) deleteRetired(ctx context.Context, e records.AgendaEntry) error
 	}
 	now := c.now()
 	switch {
-	case !ok || (b.State != records.BlockRetiring && b.State != records.BlockDeleted):
+	case !ok || (b.State != protocol.BlockRetiring && b.State != protocol.BlockDeleted):
 		return c.Store.DoneAgenda(ctx, e)
-	case b.State == records.BlockRetiring && b.MarkVersionID == "":
+	case b.State == protocol.BlockRetiring && b.MarkVersionID == "":
 		c.Logger.WarnContext(ctx, "retired block has no recorded deletion mark yet; sending its MARK again", "tenant", b.Tenant, "block", b.ID, "gen", b.Gen)
 		return c.Send.Op(ctx, messages.BlockOp{Op: messages.OpMark, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen})
-	case b.State == records.BlockRetiring && now.UnixMilli() < b.MarkedAt+c.Config.DeletionDelay.Milliseconds():
+	case b.State == protocol.BlockRetiring && now.UnixMilli() < b.MarkedAt+c.Config.DeletionDelay.Milliseconds():
 		due := time.UnixMilli(b.MarkedAt + c.Config.DeletionDelay.Milliseconds())
 		if err := c.Store.PutAgenda(ctx, records.AgendaDelete, due, b.Tenant, b.ID); err != nil {
 			return err
 		}
 		return c.Store.DoneAgenda(ctx, e)
-	case b.State == records.BlockRetiring:
+	case b.State == protocol.BlockRetiring:
 		if err := c.step(ctx, "cleaner.before-delete", b.Key()); err != nil {
 			return err
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/compaction"
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 )
 
@@ -60,7 +61,7 @@ func (c Compact) Run(ctx context.Context, job messages.Job) error {
 	if err != nil {
 		return err
 	}
-	ref := fmt.Sprintf("%s/p%d", records.VersionRef(job.Tenant, g, job.Version), job.Partition)
+	ref := protocol.PartitionRef{VersionRef: protocol.VersionRef{Tenant: job.Tenant, Group: g, Version: job.Version}, Partition: job.Partition}.String()
 	log := c.Logger.With("tenant", job.Tenant, "group", job.Group, "version", job.Version, "partition", job.Partition)
 	owner := c.owner()
 	now := c.now()
@@ -327,7 +328,7 @@ func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []
 	}
 	out := &records.Block{
 		Tenant: head.Tenant, ID: outID.String(), Stream: head.Key.Stream, MinT: res.Meta.MinTime, MaxT: res.Meta.MaxTime, Level: head.Key.Level,
-		State: records.BlockPending, Gen: 1, ProducedBy: fmt.Sprintf("%s/p%d", head.Ref(), p),
+		State: protocol.BlockPending, Gen: 1, ProducedBy: protocol.PartitionRef{VersionRef: protocol.VersionRef{Tenant: head.Tenant, Group: head.Key, Version: head.Version}, Partition: p}.String(),
 		Meta: string(metaBody), Series: res.NumSeries, Samples: res.NumSamples, UpdatedAt: c.now().UnixMilli(),
 		Arrived: c.now().UnixMilli(),
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/blockmeta"
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/s3errors"
 	"github.com/sluice-dev/sluice/shared/s3event"
@@ -108,7 +109,7 @@ func (p Planner) handleObject(ctx context.Context, o s3event.ObjectCreated) erro
 	} else if err := p.recognise(ctx, k, b, vid, log); err != nil {
 		return err
 	}
-	if b.State == records.BlockRejected {
+	if b.State == protocol.BlockRejected {
 		return nil
 	}
 	return p.planFor(ctx, b)
@@ -124,10 +125,10 @@ func (p Planner) recognise(ctx context.Context, k blockkey.Key, b records.Block,
 		// The registration that sent the older versions' deletion may
 		// have died right after putting the record: send it again.
 		return p.sendSuperseded(ctx, k, b)
-	case b.ProducedBy != "" && (b.State == records.BlockLive || b.State == records.BlockPending) && !b.Published:
+	case b.ProducedBy != "" && (b.State == protocol.BlockLive || b.State == protocol.BlockPending) && !b.Published:
 		log.InfoContext(ctx, "event for Sluice's own output being published", "state", b.State, "gen", b.Gen)
 		return nil
-	case b.State == records.BlockQuarantined:
+	case b.State == protocol.BlockQuarantined:
 		// An operator fixing a quarantined block: its new versions are
 		// kept for `sluice retry`, which reads the block again.
 		log.WarnContext(ctx, "re-upload of a quarantined block; kept as it is until 'sluice retry'", "gen", b.Gen)
@@ -153,7 +154,7 @@ func (p Planner) register(ctx context.Context, k blockkey.Key, body []byte, vid 
 		return b, err
 	}
 	if reason != "" {
-		b.State, b.Reason = records.BlockRejected, reason
+		b.State, b.Reason = protocol.BlockRejected, reason
 		if len(b.Meta) > records.InlineMetaBytes {
 			b.Meta = "" // never read again; the reason tells what was wrong
 		}
@@ -230,7 +231,7 @@ func (p Planner) readBlock(ctx context.Context, k blockkey.Key, body []byte, vid
 		b.PartitionCount, b.PartitionID = pi.PartitionCount, pi.PartitionID
 	}
 	_, b.NoCompact = l.latest[blockkey.NoCompactMarkFile]
-	b.State = records.BlockLive
+	b.State = protocol.BlockLive
 	return b, st, "", nil
 }
 
@@ -256,7 +257,7 @@ func (p Planner) Retry(ctx context.Context, req messages.RetryRequest) error {
 		if err != nil {
 			return err
 		}
-		if !ok || head.State != records.GroupQuarantined {
+		if !ok || head.State != protocol.GroupQuarantined {
 			log.WarnContext(ctx, "retry of a group that is not quarantined; nothing to do", "state", head.State)
 			return nil
 		}
@@ -267,14 +268,14 @@ func (p Planner) Retry(ctx context.Context, req messages.RetryRequest) error {
 			return err
 		}
 		log.InfoContext(ctx, "quarantined group released; re-planning", "version", head.Version)
-		head.State = records.GroupSuperseded
+		head.State = protocol.GroupSuperseded
 		return Cleaner(p).cleanupSuperseded(ctx, head)
 	}
 	b, ok, err := p.Store.GetBlock(ctx, req.Tenant, req.Block)
 	if err != nil {
 		return err
 	}
-	if !ok || b.State != records.BlockQuarantined {
+	if !ok || b.State != protocol.BlockQuarantined {
 		log.WarnContext(ctx, "retry of a block that is not quarantined; nothing to do", "state", b.State)
 		return nil
 	}
@@ -311,7 +312,7 @@ func (p Planner) Retry(ctx context.Context, req messages.RetryRequest) error {
 		}
 		return err
 	}
-	b.Gen, b.State = gen, records.BlockLive
+	b.Gen, b.State = gen, protocol.BlockLive
 	log.InfoContext(ctx, "quarantined block released", "gen", gen)
 	if err := p.Send.Op(ctx, messages.BlockOp{Op: messages.OpUnmarkNoCompact, Tenant: b.Tenant, Block: b.ID, Gen: gen}); err != nil {
 		return err
@@ -502,7 +503,7 @@ func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKe
 		log.InfoContext(ctx, "group busy; backing off", "version", head.Version, "state", head.State)
 		return false, nil
 	}
-	if head.State == records.GroupQuarantined {
+	if head.State == protocol.GroupQuarantined {
 		log.WarnContext(ctx, "group quarantined; not planning until 'sluice retry'", "version", head.Version, "reason", head.Reason)
 		return false, nil
 	}
@@ -523,7 +524,7 @@ func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKe
 		head.Key, head.Tenant = g, tenant
 	}
 	next := records.Group{
-		Tenant: tenant, Key: g, Version: head.Version + 1, State: records.GroupClaiming,
+		Tenant: tenant, Key: g, Version: head.Version + 1, State: protocol.GroupClaiming,
 		CreatedAt: now.UnixMilli(), UpdatedAt: now.UnixMilli(), Partitions: dec.Partitions,
 		EverCompleted: head.EverCompleted,
 	}
@@ -539,7 +540,7 @@ func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKe
 	if head.Version > 0 {
 		next.History = head.NextHistory()
 	}
-	if head.State == records.GroupSuperseded && slices.Equal(head.Sources, next.Sources) {
+	if head.State == protocol.GroupSuperseded && slices.Equal(head.Sources, next.Sources) {
 		// The same work again: its failures keep counting, so a version
 		// superseded over a source that always fails does not start over.
 		next.Failures, next.LastError, next.LastErrorBlock, next.LastErrorKind = head.Failures, head.LastError, head.LastErrorBlock, head.LastErrorKind
@@ -567,23 +568,23 @@ func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKe
 			return false, err
 		}
 		log.WarnContext(ctx, "a claim was lost; abandoning the version and re-planning", "lost", err)
-		if err := p.Store.Supersede(ctx, next, records.GroupClaiming, "a claim was lost: "+err.Error(), p.now()); err != nil && !records.IsConditionLost(err) {
+		if err := p.Store.Supersede(ctx, next, protocol.GroupClaiming, "a claim was lost: "+err.Error(), p.now()); err != nil && !records.IsConditionLost(err) {
 			return false, err
 		}
-		next.State = records.GroupSuperseded
+		next.State = protocol.GroupSuperseded
 		return true, Cleaner(p).cleanupSuperseded(ctx, next)
 	}
 	if err := p.step(ctx, "planner.before-planned", next.Ref()); err != nil {
 		return false, err
 	}
-	if err := p.Store.SetGroupState(ctx, next, records.GroupClaiming, records.GroupPlanned, p.now()); err != nil {
+	if err := p.Store.SetGroupState(ctx, next, protocol.GroupClaiming, protocol.GroupPlanned, p.now()); err != nil {
 		if records.IsConditionLost(err) {
 			log.WarnContext(ctx, "version was superseded while claiming", "lost", err)
 			return false, nil
 		}
 		return false, err
 	}
-	next.State = records.GroupPlanned
+	next.State = protocol.GroupPlanned
 	return false, sendJobs(ctx, p.Deps, next, nil, 0)
 }
 
@@ -611,14 +612,14 @@ func candidates(blocks []records.Block) []planning.Candidate {
 	out := make([]planning.Candidate, 0, len(blocks))
 	for _, b := range blocks {
 		switch b.State {
-		case records.BlockDeleted, records.BlockDiscarded, records.BlockRejected, records.BlockRetiring, records.BlockQuarantined:
+		case protocol.BlockDeleted, protocol.BlockDiscarded, protocol.BlockRejected, protocol.BlockRetiring, protocol.BlockQuarantined:
 			continue
 		}
 		out = append(out, planning.Candidate{
 			ID: b.ID, MinT: b.MinT, MaxT: b.MaxT, Level: b.Level, ProducedBy: b.ProducedBy,
-			Plannable: b.State == records.BlockLive && b.Published && b.ClaimedBy == "" && !b.NoCompact,
-			Busy: b.State == records.BlockClaimed || b.State == records.BlockPending ||
-				(b.State == records.BlockLive && !b.Published),
+			Plannable: b.State == protocol.BlockLive && b.Published && b.ClaimedBy == "" && !b.NoCompact,
+			Busy: b.State == protocol.BlockClaimed || b.State == protocol.BlockPending ||
+				(b.State == protocol.BlockLive && !b.Published),
 			Series: b.Series, IndexBytes: b.IndexBytes, Arrived: b.Arrived,
 		})
 	}

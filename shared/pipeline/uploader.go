@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/blockstore"
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/s3errors"
 )
@@ -60,8 +62,8 @@ func (u Uploader) Execute(ctx context.Context, op messages.BlockOp) error {
 	if op.Op == messages.OpDeleteStray {
 		return u.deleteStray(ctx, k, b, known, op, log)
 	}
-	want := OpStates[op.Op]
-	if !known || b.Gen != op.Gen || !hasState(b.State, want) {
+	want, _ := protocol.OpActsIn(op.Op)
+	if !known || b.Gen != op.Gen || !slices.Contains(want, b.State) {
 		log.WarnContext(ctx, "stale block op dropped", "recordGen", b.Gen, "recordState", b.State, "known", known)
 		return nil
 	}
@@ -135,27 +137,6 @@ func (u Uploader) unmarkNoCompact(ctx context.Context, k blockkey.Key, b records
 	}
 	log.InfoContext(ctx, "no-compact mark removed from a released block", "ours", b.NoCompactMarkOurs)
 	return nil
-}
-
-// OpStates are the block states in which each op acts (at its gen); in
-// any other it is stale and dropped. DELETE_STRAY names versions no record
-// names and is judged per version instead. Tests' oracles judge ops by
-// this table.
-var OpStates = map[messages.OpKind][]records.BlockState{
-	messages.OpPublish:         {records.BlockLive},
-	messages.OpMark:            {records.BlockRetiring},
-	messages.OpDelete:          {records.BlockDeleted, records.BlockDiscarded},
-	messages.OpNoCompact:       {records.BlockQuarantined},
-	messages.OpUnmarkNoCompact: {records.BlockLive},
-}
-
-func hasState(s records.BlockState, want []records.BlockState) bool {
-	for _, w := range want {
-		if s == w {
-			return true
-		}
-	}
-	return false
 }
 
 func (u Uploader) publish(ctx context.Context, k blockkey.Key, b records.Block, log *slog.Logger) error {

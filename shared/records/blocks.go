@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/protocol"
 )
 
 // maxTransactItems is DynamoDB's limit on one transaction.
@@ -31,13 +32,21 @@ func (st *Store) RegisterBlock(ctx context.Context, b Block, ranges []planning.G
 	if err != nil {
 		return err
 	}
-	items := []types.TransactWriteItem{{Put: &types.Put{
-		Item:                item,
-		ConditionExpression: aws.String("attribute_not_exists(PK)"),
-	}}}
-	items = append(items, parts...)
+	name := protocol.RegisterBlock
+	if b.State == protocol.BlockRejected {
+		name = protocol.RegisterRejected
+	} else if b.State != protocol.BlockLive {
+		return fmt.Errorf("register %s: an upload is registered LIVE or REJECTED, not %s", b.Key(), b.State)
+	}
+	bg, err := guard(name, subject{tenant: b.Tenant, block: b.ID}, expect{gen: b.Gen})
+	if err != nil {
+		return err
+	}
+	var x tx
+	x.add(bg, bg.put(item))
+	x.plain(parts...)
 	for _, g := range ranges {
-		items = append(items, memberPut(b, g))
+		x.plain(memberPut(b, g))
 	}
 	if sr != nil {
 		// The same stream always has the same record (its id is a hash of
@@ -47,12 +56,12 @@ func (st *Store) RegisterBlock(ctx context.Context, b Block, ranges []planning.G
 		if err != nil {
 			return err
 		}
-		items = append(items, types.TransactWriteItem{Put: &types.Put{Item: it}})
+		x.plain(types.TransactWriteItem{Put: &types.Put{Item: it}})
 	}
-	items = append(items, types.TransactWriteItem{Put: &types.Put{
+	x.plain(types.TransactWriteItem{Put: &types.Put{
 		Item: map[string]types.AttributeValue{"PK": s(tenantsPK), "SK": s(b.Tenant), "tenant": s(b.Tenant)},
 	}})
-	return st.transact(ctx, "register "+b.Key(), items)
+	return st.commit(ctx, "register "+b.Key(), x)
 }
 
 func memberPut(b Block, g planning.GroupKey) types.TransactWriteItem {
@@ -196,23 +205,31 @@ func (st *Store) Tenants(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// blockUpdate builds a conditional update of one block item.
-func blockUpdate(b Block, cond, upd string, vals map[string]types.AttributeValue) *types.Update {
-	names := map[string]string{"#st": "state", "#gen": "gen"}
-	return &types.Update{
-		Key:                       key(tenantPK(b.Tenant), blockSK(b.ID)),
-		ConditionExpression:       aws.String(cond),
-		UpdateExpression:          aws.String(upd),
-		ExpressionAttributeNames:  names,
-		ExpressionAttributeValues: vals,
+// blockWrite is transition name of block b (at b.Gen): the update of its
+// item that also sets set (and removes remove).
+func blockWrite(name protocol.Name, b Block, e expect, now time.Time, set, remove string,
+	vals map[string]types.AttributeValue) (guarded, types.TransactWriteItem, error) {
+	e.gen, e.now = b.Gen, now.UnixMilli()
+	g, err := guard(name, subject{tenant: b.Tenant, block: b.ID}, e)
+	if err != nil {
+		return guarded{}, types.TransactWriteItem{}, fmt.Errorf("%s %s: %w", name, b.Key(), err)
 	}
+	return g, g.update(key(tenantPK(b.Tenant), blockSK(b.ID)), set, remove, vals), nil
 }
 
-// updateBlock runs one conditional update as a one-item transaction, so
-// that its ClientRequestToken makes an SDK retry of a write that already
-// landed succeed, instead of reporting a lost condition against itself.
-func (st *Store) updateBlock(ctx context.Context, op string, u *types.Update) error {
-	return st.transact(ctx, op, []types.TransactWriteItem{{Update: u}})
+// writeBlock sends one transition of a block as a one-item transaction,
+// so that its ClientRequestToken makes an SDK retry of a write that
+// already landed succeed, instead of reporting a lost condition against
+// itself.
+func (st *Store) writeBlock(ctx context.Context, op string, name protocol.Name, b Block, e expect, now time.Time,
+	set, remove string, vals map[string]types.AttributeValue) error {
+	g, it, err := blockWrite(name, b, e, now, set, remove, vals)
+	if err != nil {
+		return err
+	}
+	var x tx
+	x.add(g, it)
+	return st.commit(ctx, op, x)
 }
 
 // Claim claims sources for version g, in transactions of at most 100.
@@ -226,27 +243,24 @@ func (st *Store) Claim(ctx context.Context, g Group, srcs []Block, now time.Time
 	// claiming could claim for a version the sweep had superseded and
 	// cleaned up already, and nothing would ever release those claims
 	// (chaos seed 18: the range stayed "busy with another group").
-	fence := types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
-		Key:                       key(tenantPK(g.Tenant), groupSK(g.Key)),
-		ConditionExpression:       aws.String("version = :v AND #st = :claiming"),
-		ExpressionAttributeNames:  map[string]string{"#st": "state"},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":v": n(g.Version), ":claiming": s(string(GroupClaiming))},
-	}}
+	fg, err := guard(protocol.ClaimFence, versionOf(g), expect{version: g.Version, now: now.UnixMilli()})
+	if err != nil {
+		return err
+	}
+	fence := fg.check(key(tenantPK(g.Tenant), groupSK(g.Key)))
 	for start := 0; start < len(srcs); start += maxTransactItems - 1 {
 		batch := srcs[start:min(start+maxTransactItems-1, len(srcs))]
-		items := make([]types.TransactWriteItem, 0, len(batch)+1)
-		items = append(items, fence)
+		var x tx
+		x.add(fg, fence)
 		for _, b := range batch {
-			items = append(items, types.TransactWriteItem{Update: blockUpdate(b,
-				"#st = :live AND #gen = :gen AND published = :t AND attribute_not_exists(claimedBy)",
-				"SET #st = :claimed, claimedBy = :ref, #gen = #gen + :one, updatedAt = :now",
-				map[string]types.AttributeValue{
-					":live": s(string(BlockLive)), ":claimed": s(string(BlockClaimed)), ":gen": n(b.Gen),
-					":t": &types.AttributeValueMemberBOOL{Value: true}, ":ref": s(ref), ":one": n(1),
-					":now": n(now.UnixMilli()),
-				})})
+			bg, it, err := blockWrite(protocol.Claim, b, expect{by: ref}, now, "claimedBy = :ref, updatedAt = :now", "",
+				map[string]types.AttributeValue{":ref": s(ref), ":now": n(now.UnixMilli())})
+			if err != nil {
+				return err
+			}
+			x.add(bg, it)
 		}
-		if err := st.transact(ctx, "claim sources for "+ref, items); err != nil {
+		if err := st.commit(ctx, "claim sources for "+ref, x); err != nil {
 			return err
 		}
 	}
@@ -256,81 +270,55 @@ func (st *Store) Claim(ctx context.Context, g Group, srcs []Block, now time.Time
 // ReleaseClaim returns a source claimed by ref to LIVE. Releasing a block
 // that ref no longer holds is a lost condition (already released).
 func (st *Store) ReleaseClaim(ctx context.Context, ref string, b Block, now time.Time) error {
-	return st.updateBlock(ctx, "release "+b.Key()+" from "+ref, blockUpdate(b,
-		"#st = :claimed AND claimedBy = :ref",
-		"SET #st = :live, #gen = #gen + :one, updatedAt = :now REMOVE claimedBy",
-		map[string]types.AttributeValue{
-			":claimed": s(string(BlockClaimed)), ":live": s(string(BlockLive)), ":ref": s(ref),
-			":one": n(1), ":now": n(now.UnixMilli()),
-		}))
+	return st.writeBlock(ctx, "release "+b.Key()+" from "+ref, protocol.ReleaseClaim, b, expect{by: ref}, now,
+		"updatedAt = :now", "claimedBy", map[string]types.AttributeValue{":now": n(now.UnixMilli())})
 }
 
 // Activate makes an output of a completed version LIVE (PENDING → LIVE).
 // It returns the block's new gen, which the PUBLISH op carries.
 func (st *Store) Activate(ctx context.Context, b Block, now time.Time) (int64, error) {
-	err := st.updateBlock(ctx, "activate "+b.Key(), blockUpdate(b,
-		"#st = :pending AND producedBy = :pb AND #gen = :gen",
-		"SET #st = :live, #gen = :next, updatedAt = :now",
-		map[string]types.AttributeValue{
-			":pending": s(string(BlockPending)), ":live": s(string(BlockLive)), ":pb": s(b.ProducedBy),
-			":gen": n(b.Gen), ":next": n(b.Gen + 1), ":now": n(now.UnixMilli()),
-		}))
-	return b.Gen + 1, err
+	return b.Gen + 1, st.writeBlock(ctx, "activate "+b.Key(), protocol.Activate, b, expect{by: b.ProducedBy}, now,
+		"updatedAt = :now", "", map[string]types.AttributeValue{":now": n(now.UnixMilli())})
 }
 
 // Discard retires an output of a superseded version (PENDING → DISCARDED)
 // and returns the gen its DELETE op carries.
 func (st *Store) Discard(ctx context.Context, b Block, now time.Time) (int64, error) {
-	err := st.updateBlock(ctx, "discard "+b.Key(), blockUpdate(b,
-		"#st = :pending AND producedBy = :pb AND #gen = :gen",
-		"SET #st = :discarded, #gen = :next, updatedAt = :now",
-		map[string]types.AttributeValue{
-			":pending": s(string(BlockPending)), ":discarded": s(string(BlockDiscarded)), ":pb": s(b.ProducedBy),
-			":gen": n(b.Gen), ":next": n(b.Gen + 1), ":now": n(now.UnixMilli()),
-		}))
-	return b.Gen + 1, err
+	return b.Gen + 1, st.writeBlock(ctx, "discard "+b.Key(), protocol.Discard, b, expect{by: b.ProducedBy}, now,
+		"updatedAt = :now", "", map[string]types.AttributeValue{":now": n(now.UnixMilli())})
 }
 
 // MarkPublished records that the uploader wrote meta.json version vid for
 // the block at gen (LIVE, same gen).
 func (st *Store) MarkPublished(ctx context.Context, tenant, id string, gen int64, vid string, now time.Time) error {
-	b := Block{Tenant: tenant, ID: id}
-	return st.updateBlock(ctx, "published "+b.Key(), blockUpdate(b,
-		"#st = :live AND #gen = :gen",
-		"SET published = :t, metaVid = :vid, updatedAt = :now",
-		map[string]types.AttributeValue{
-			":live": s(string(BlockLive)), ":gen": n(gen), ":t": &types.AttributeValueMemberBOOL{Value: true},
-			":vid": s(vid), ":now": n(now.UnixMilli()),
-		}))
+	b := Block{Tenant: tenant, ID: id, Gen: gen}
+	return st.writeBlock(ctx, "published "+b.Key(), protocol.MarkPublished, b, expect{}, now,
+		"published = :t, metaVid = :vid, updatedAt = :now", "", map[string]types.AttributeValue{
+			":t": &types.AttributeValueMemberBOOL{Value: true}, ":vid": s(vid), ":now": n(now.UnixMilli()),
+		})
 }
 
 // Retire moves a source of completed version ref to RETIRING (CLAIMED by
 // ref → RETIRING) and puts it on the agenda for deletion at retireAt. It
 // returns the gen the MARK and DELETE ops carry.
 func (st *Store) Retire(ctx context.Context, ref string, b Block, retireAt, now time.Time) (int64, error) {
-	items := []types.TransactWriteItem{
-		{Update: blockUpdate(b,
-			"#st = :claimed AND claimedBy = :ref AND #gen = :gen",
-			"SET #st = :retiring, #gen = :next, retireAt = :at, updatedAt = :now",
-			map[string]types.AttributeValue{
-				":claimed": s(string(BlockClaimed)), ":retiring": s(string(BlockRetiring)), ":ref": s(ref),
-				":gen": n(b.Gen), ":next": n(b.Gen + 1), ":at": n(retireAt.UnixMilli()), ":now": n(now.UnixMilli()),
-			})},
-		{Put: &types.Put{Item: agendaItem(AgendaDelete, retireAt, b.Tenant, b.ID)}},
+	g, it, err := blockWrite(protocol.Retire, b, expect{by: ref}, now, "retireAt = :at, updatedAt = :now", "",
+		map[string]types.AttributeValue{":at": n(retireAt.UnixMilli()), ":now": n(now.UnixMilli())})
+	if err != nil {
+		return 0, err
 	}
-	return b.Gen + 1, st.transact(ctx, "retire "+b.Key()+" for "+ref, items)
+	var x tx
+	x.add(g, it)
+	x.plain(types.TransactWriteItem{Put: &types.Put{Item: agendaItem(AgendaDelete, retireAt, b.Tenant, b.ID)}})
+	return b.Gen + 1, st.commit(ctx, "retire "+b.Key()+" for "+ref, x)
 }
 
 // RecordMark records the deletion-mark.json version the uploader wrote for
 // a RETIRING block at gen, and when: the deletion delay runs from then.
 func (st *Store) RecordMark(ctx context.Context, tenant, id string, gen int64, vid string, now time.Time) error {
-	b := Block{Tenant: tenant, ID: id}
-	return st.updateBlock(ctx, "marked "+b.Key(), blockUpdate(b,
-		"#st = :retiring AND #gen = :gen",
-		"SET markVid = :vid, markedAt = :now, updatedAt = :now",
-		map[string]types.AttributeValue{
-			":retiring": s(string(BlockRetiring)), ":gen": n(gen), ":vid": s(vid), ":now": n(now.UnixMilli()),
-		}))
+	b := Block{Tenant: tenant, ID: id, Gen: gen}
+	return st.writeBlock(ctx, "marked "+b.Key(), protocol.RecordMark, b, expect{}, now,
+		"markVid = :vid, markedAt = :now, updatedAt = :now", "", map[string]types.AttributeValue{":vid": s(vid), ":now": n(now.UnixMilli())})
 }
 
 // StartDelete moves a RETIRING block whose deletion mark is recorded to
@@ -340,17 +328,15 @@ func (st *Store) RecordMark(ctx context.Context, tenant, id string, gen int64, v
 // written is named by the record its DELETE op reads. The agenda entry
 // stays until the DELETE op is sent (the caller removes it).
 func (st *Store) StartDelete(ctx context.Context, b Block, ranges []planning.GroupKey, now time.Time) (int64, error) {
-	items := []types.TransactWriteItem{
-		{Update: blockUpdate(b,
-			"#st = :retiring AND #gen = :gen AND attribute_exists(markVid)",
-			"SET #st = :deleted, #gen = :next, updatedAt = :now",
-			map[string]types.AttributeValue{
-				":retiring": s(string(BlockRetiring)), ":deleted": s(string(BlockDeleted)),
-				":gen": n(b.Gen), ":next": n(b.Gen + 1), ":now": n(now.UnixMilli()),
-			})},
+	g, it, err := blockWrite(protocol.StartDelete, b, expect{}, now, "updatedAt = :now", "",
+		map[string]types.AttributeValue{":now": n(now.UnixMilli())})
+	if err != nil {
+		return 0, err
 	}
-	for _, g := range ranges {
-		items = append(items, types.TransactWriteItem{Delete: &types.Delete{Key: key(tenantPK(b.Tenant), memberSK(g, b.ID))}})
+	var x tx
+	x.add(g, it)
+	for _, r := range ranges {
+		x.plain(types.TransactWriteItem{Delete: &types.Delete{Key: key(tenantPK(b.Tenant), memberSK(r, b.ID))}})
 	}
-	return b.Gen + 1, st.transact(ctx, "delete "+b.Key(), items)
+	return b.Gen + 1, st.commit(ctx, "delete "+b.Key(), x)
 }

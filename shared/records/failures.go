@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/protocol"
 )
 
 // maxErrorText bounds a failure's text in a record (items are at most
@@ -45,31 +45,25 @@ func failureSet(f Failure, vals map[string]types.AttributeValue) string {
 // with its lease released (the next attempt need not wait for it to
 // expire) and its own failures + 1.
 func (st *Store) RecordFailure(ctx context.Context, tenant string, g planning.GroupKey, v int64, p int, owner string, f Failure, now time.Time) error {
-	headVals := map[string]types.AttributeValue{
-		":v": n(v), ":planned": s(string(GroupPlanned)), ":now": n(now.UnixMilli()),
-	}
+	head := Group{Tenant: tenant, Key: g, Version: v}
+	headVals := map[string]types.AttributeValue{":now": n(now.UnixMilli())}
 	set := failureSet(f, headVals)
-	items := []types.TransactWriteItem{
-		{Update: &types.Update{
-			Key:                       key(tenantPK(tenant), groupSK(g)),
-			ConditionExpression:       aws.String("version = :v AND #st = :planned"),
-			UpdateExpression:          aws.String("SET " + set + ", updatedAt = :now"),
-			ExpressionAttributeNames:  map[string]string{"#st": "state"},
-			ExpressionAttributeValues: headVals,
-		}},
-		{Update: &types.Update{
-			Key:                 key(tenantPK(tenant), partitionSK(g, v, p)),
-			ConditionExpression: aws.String("#st = :running AND leaseOwner = :owner"),
-			UpdateExpression: aws.String("SET #st = :pending, failures = if_not_exists(failures, :zero) + :one, " +
-				"lastError = :err, updatedAt = :now REMOVE leaseOwner, leaseUntil"),
-			ExpressionAttributeNames: map[string]string{"#st": "state"},
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":running": s(string(PartitionRunning)), ":pending": s(string(PartitionPending)), ":owner": s(owner),
-				":zero": n(0), ":one": n(1), ":err": s(clip(f.Message)), ":now": n(now.UnixMilli()),
-			},
-		}},
+	hg, hit, err := versionWrite(protocol.CountFailure, head, protocol.GroupPlanned, now, set+", updatedAt = :now", "", headVals)
+	if err != nil {
+		return err
 	}
-	return st.transact(ctx, fmt.Sprintf("record failure of %s/p%d", VersionRef(tenant, g, v), p), items)
+	on := versionOf(head)
+	on.partition = p
+	pg, err := guard(protocol.RecordFailure, on, expect{owner: owner, now: now.UnixMilli()})
+	if err != nil {
+		return err
+	}
+	var x tx
+	x.add(hg, hit)
+	x.add(pg, pg.update(key(tenantPK(tenant), partitionSK(g, v, p)),
+		"failures = if_not_exists(failures, :zero) + :one, lastError = :err, updatedAt = :now", "leaseOwner, leaseUntil",
+		map[string]types.AttributeValue{":zero": n(0), ":one": n(1), ":err": s(clip(f.Message)), ":now": n(now.UnixMilli())}))
+	return st.commit(ctx, "record failure of "+partitionRef(tenant, g, v, p), x)
 }
 
 // QuarantineSource abandons version g.Version (PLANNED → SUPERSEDED, with
@@ -80,41 +74,37 @@ func (st *Store) RecordFailure(ctx context.Context, tenant string, g planning.Gr
 // cleanup, and the group re-plans without b.
 func (st *Store) QuarantineSource(ctx context.Context, g Group, b Block, reason string, now time.Time) (int64, error) {
 	ref := g.Ref()
-	items := []types.TransactWriteItem{
-		{Update: groupUpdate(g, GroupPlanned, "SET #st = :to, reason = :reason, updatedAt = :now", map[string]types.AttributeValue{
-			":to": s(string(GroupSuperseded)), ":reason": s(clip(reason)), ":now": n(now.UnixMilli()),
-		})},
-		{Update: blockUpdate(b,
-			"#st = :claimed AND claimedBy = :ref AND #gen = :gen",
-			"SET #st = :quarantined, #gen = :next, reason = :reason, updatedAt = :now REMOVE claimedBy",
-			map[string]types.AttributeValue{
-				":claimed": s(string(BlockClaimed)), ":quarantined": s(string(BlockQuarantined)), ":ref": s(ref),
-				":gen": n(b.Gen), ":next": n(b.Gen + 1), ":reason": s(clip(reason)), ":now": n(now.UnixMilli()),
-			})},
+	hg, hit, err := versionWrite(protocol.QuarantineFence, g, protocol.GroupPlanned, now, "reason = :reason, updatedAt = :now", "",
+		map[string]types.AttributeValue{":reason": s(clip(reason)), ":now": n(now.UnixMilli())})
+	if err != nil {
+		return 0, err
 	}
-	return b.Gen + 1, st.transact(ctx, "quarantine "+b.Key()+" of "+ref, items)
+	bg, bit, err := blockWrite(protocol.QuarantineSource, b, expect{by: ref}, now, "reason = :reason, updatedAt = :now", "claimedBy",
+		map[string]types.AttributeValue{":reason": s(clip(reason)), ":now": n(now.UnixMilli())})
+	if err != nil {
+		return 0, err
+	}
+	var x tx
+	x.add(hg, hit)
+	x.add(bg, bit)
+	return b.Gen + 1, st.commit(ctx, "quarantine "+b.Key()+" of "+ref, x)
 }
 
 // QuarantineGroup moves version g.Version PLANNED → QUARANTINED with the
 // reason: its sources stay claimed, and no new version is planned until
 // ReleaseGroup.
 func (st *Store) QuarantineGroup(ctx context.Context, g Group, reason string, now time.Time) error {
-	u := groupUpdate(g, GroupPlanned, "SET #st = :to, reason = :reason, updatedAt = :now", map[string]types.AttributeValue{
-		":to": s(string(GroupQuarantined)), ":reason": s(clip(reason)), ":now": n(now.UnixMilli()),
-	})
-	return st.transact(ctx, "quarantine "+g.Ref(), []types.TransactWriteItem{{Update: u}})
+	return st.writeVersion(ctx, protocol.QuarantineGroup, g, protocol.GroupPlanned, now, "reason = :reason, updatedAt = :now", "",
+		map[string]types.AttributeValue{":reason": s(clip(reason)), ":now": n(now.UnixMilli())})
 }
 
 // ReleaseGroup is `sluice retry` of a quarantined group: QUARANTINED →
 // SUPERSEDED with its failures forgotten, so the superseded version's
 // cleanup releases the claims and the next version starts afresh.
 func (st *Store) ReleaseGroup(ctx context.Context, g Group, now time.Time) error {
-	u := groupUpdate(g, GroupQuarantined,
-		"SET #st = :to, reason = :reason, updatedAt = :now REMOVE failures, lastError, lastErrorBlock, lastErrorKind",
-		map[string]types.AttributeValue{
-			":to": s(string(GroupSuperseded)), ":reason": s("released by sluice retry"), ":now": n(now.UnixMilli()),
-		})
-	return st.transact(ctx, "release "+g.Ref(), []types.TransactWriteItem{{Update: u}})
+	return st.writeVersion(ctx, protocol.ReleaseGroup, g, protocol.GroupQuarantined, now, "reason = :reason, updatedAt = :now",
+		"failures, lastError, lastErrorBlock, lastErrorKind",
+		map[string]types.AttributeValue{":reason": s("released by sluice retry"), ":now": n(now.UnixMilli())})
 }
 
 // ReleaseBlock is `sluice retry` of a quarantined block: QUARANTINED at
@@ -134,42 +124,37 @@ func (st *Store) ReleaseBlock(ctx context.Context, b Block, now time.Time) (int6
 	if err != nil {
 		return 0, err
 	}
-	items := []types.TransactWriteItem{{Update: blockUpdate(b,
-		"#st = :quarantined AND #gen = :gen",
-		"SET #st = :live, #gen = :next, files = :files, meta = :meta, metaParts = :parts, metaVid = :mvid, "+
-			"series = :series, samples = :samples, indexBytes = :ib, updatedAt = :now REMOVE reason",
+	bg, bit, err := blockWrite(protocol.ReleaseBlock, b, expect{}, now,
+		"files = :files, meta = :meta, metaParts = :parts, metaVid = :mvid, "+
+			"series = :series, samples = :samples, indexBytes = :ib, updatedAt = :now", "reason",
 		map[string]types.AttributeValue{
-			":quarantined": s(string(BlockQuarantined)), ":live": s(string(BlockLive)),
-			":gen": n(b.Gen), ":next": n(b.Gen + 1), ":now": n(now.UnixMilli()),
-			":files": files, ":meta": s(b.Meta), ":parts": n(int64(b.MetaParts)), ":mvid": s(b.MetaVersionID),
+			":now": n(now.UnixMilli()), ":files": files, ":meta": s(b.Meta), ":parts": n(int64(b.MetaParts)), ":mvid": s(b.MetaVersionID),
 			":series": n(int64(b.Series)), ":samples": n(int64(b.Samples)), ":ib": n(int64(b.IndexBytes)),
-		})}}
-	return b.Gen + 1, st.transact(ctx, "release "+b.Key(), append(items, parts...))
+		})
+	if err != nil {
+		return 0, err
+	}
+	var x tx
+	x.add(bg, bit)
+	x.plain(parts...)
+	return b.Gen + 1, st.commit(ctx, "release "+b.Key(), x)
 }
 
 // RecordNoCompactMark records the no-compact-mark.json version the
 // uploader wrote (ours) or found (another tool's) for a QUARANTINED block
 // at gen.
 func (st *Store) RecordNoCompactMark(ctx context.Context, tenant, id string, gen int64, vid string, ours bool, now time.Time) error {
-	b := Block{Tenant: tenant, ID: id}
-	return st.updateBlock(ctx, "no-compact mark of "+b.Key(), blockUpdate(b,
-		"#st = :quarantined AND #gen = :gen",
-		"SET ncVid = :vid, ncOurs = :ours, updatedAt = :now",
-		map[string]types.AttributeValue{
-			":quarantined": s(string(BlockQuarantined)), ":gen": n(gen), ":vid": s(vid),
-			":ours": &types.AttributeValueMemberBOOL{Value: ours}, ":now": n(now.UnixMilli()),
-		}))
+	b := Block{Tenant: tenant, ID: id, Gen: gen}
+	return st.writeBlock(ctx, "no-compact mark of "+b.Key(), protocol.RecordNoCompact, b, expect{}, now,
+		"ncVid = :vid, ncOurs = :ours, updatedAt = :now", "",
+		map[string]types.AttributeValue{":vid": s(vid), ":ours": &types.AttributeValueMemberBOOL{Value: ours}, ":now": n(now.UnixMilli())})
 }
 
 // ForgetNoCompactMark records that the uploader deleted Sluice's
 // no-compact mark of a released (LIVE) block at gen: the record no longer
 // names that version.
 func (st *Store) ForgetNoCompactMark(ctx context.Context, tenant, id string, gen int64, vid string, now time.Time) error {
-	b := Block{Tenant: tenant, ID: id}
-	return st.updateBlock(ctx, "forget no-compact mark of "+b.Key(), blockUpdate(b,
-		"#st = :live AND #gen = :gen AND ncVid = :vid",
-		"SET updatedAt = :now REMOVE ncVid, ncOurs",
-		map[string]types.AttributeValue{
-			":live": s(string(BlockLive)), ":gen": n(gen), ":vid": s(vid), ":now": n(now.UnixMilli()),
-		}))
+	b := Block{Tenant: tenant, ID: id, Gen: gen}
+	return st.writeBlock(ctx, "forget no-compact mark of "+b.Key(), protocol.ForgetNoCompact, b, expect{vid: vid}, now,
+		"updatedAt = :now", "ncVid, ncOurs", map[string]types.AttributeValue{":now": n(now.UnixMilli())})
 }

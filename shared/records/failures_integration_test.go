@@ -11,6 +11,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 )
 
@@ -20,7 +21,7 @@ import (
 func TestFailuresAreFencedAndCounted(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	g := w.planned(records.Group{}, []records.Block{w.block("A", records.BlockLive), w.block("B", records.BlockLive)}, 2)
+	g := w.planned(records.Group{}, []records.Block{w.block("A", protocol.BlockLive), w.block("B", protocol.BlockLive)}, 2)
 	lease := func(p int, owner string, now time.Time) error {
 		_, err := w.store.Lease(w.ctx, "acme", g12, g.Version, p, owner, now, now.Add(time.Minute), 3)
 		return err
@@ -75,7 +76,7 @@ func TestFailuresAreFencedAndCounted(t *testing.T) {
 func TestQuarantineTransitions(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	a, b := w.block("A", records.BlockLive), w.block("B", records.BlockLive)
+	a, b := w.block("A", protocol.BlockLive), w.block("B", protocol.BlockLive)
 	g := w.planned(records.Group{}, []records.Block{a, b}, 1)
 	a, _, _ = w.store.GetBlock(w.ctx, "acme", "A")
 	other := g
@@ -89,7 +90,7 @@ func TestQuarantineTransitions(t *testing.T) {
 	}
 	got, _, _ := w.store.GetBlock(w.ctx, "acme", "A")
 	head, _, _ := w.store.GetGroup(w.ctx, "acme", g12)
-	if got.State != records.BlockQuarantined || got.Gen != gen || got.ClaimedBy != "" || got.Reason != "3 failed attempts" || head.State != records.GroupSuperseded {
+	if got.State != protocol.BlockQuarantined || got.Gen != gen || got.ClaimedBy != "" || got.Reason != "3 failed attempts" || head.State != protocol.GroupSuperseded {
 		t.Fatalf("after quarantine: block %s gen %d claimedBy %q reason %q, head %s", got.State, got.Gen, got.ClaimedBy, got.Reason, head.State)
 	}
 	if err := w.store.RecordNoCompactMark(w.ctx, "acme", "A", gen-1, "vid", true, w.now); !records.IsConditionLost(err) {
@@ -110,7 +111,7 @@ func TestQuarantineTransitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _, _ = w.store.GetBlock(w.ctx, "acme", "A")
-	if got.State != records.BlockLive || got.NoCompactMarkVersionID != "" || got.Reason != "" {
+	if got.State != protocol.BlockLive || got.NoCompactMarkVersionID != "" || got.Reason != "" {
 		t.Fatalf("after release: %+v", got)
 	}
 
@@ -119,10 +120,10 @@ func TestQuarantineTransitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	q, _, _ := w.store.GetGroup(w.ctx, "acme", g12)
-	if q.State != records.GroupQuarantined {
+	if q.State != protocol.GroupQuarantined {
 		t.Fatalf("group %s, want QUARANTINED", q.State)
 	}
-	next := records.Group{Tenant: "acme", Key: g12, Version: q.Version + 1, State: records.GroupClaiming, Partitions: 1, Sources: []string{"A"}}
+	next := records.Group{Tenant: "acme", Key: g12, Version: q.Version + 1, State: protocol.GroupClaiming, Partitions: 1, Sources: []string{"A"}}
 	if err := w.store.CreateVersion(w.ctx, q, next, w.now, w.now); !records.IsConditionLost(err) {
 		t.Fatalf("a version planned over a quarantined one: %v", err)
 	}
@@ -130,7 +131,7 @@ func TestQuarantineTransitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	q, _, _ = w.store.GetGroup(w.ctx, "acme", g12)
-	if q.State != records.GroupSuperseded || q.Failures != 0 {
+	if q.State != protocol.GroupSuperseded || q.Failures != 0 {
 		t.Fatalf("released group %s with %d failures", q.State, q.Failures)
 	}
 }
@@ -150,7 +151,7 @@ func TestLargeMetaIsKeptInParts(t *testing.T) {
 	if len(meta) < 500_000 {
 		t.Fatalf("the test's meta.json is only %d bytes", len(meta))
 	}
-	b := records.Block{Tenant: "acme", ID: "BIG", MinT: 0, MaxT: 7_200_000, State: records.BlockLive, Gen: 1, Published: true, Meta: meta}
+	b := records.Block{Tenant: "acme", ID: "BIG", MinT: 0, MaxT: 7_200_000, State: protocol.BlockLive, Gen: 1, Published: true, Meta: meta}
 	if err := w.store.RegisterBlock(w.ctx, b, []planning.GroupKey{g12}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +165,7 @@ func TestLargeMetaIsKeptInParts(t *testing.T) {
 	}
 	noise := make([]byte, 4<<20)
 	_, _ = rand.Read(noise)
-	huge := records.Block{Tenant: "acme", ID: "HUGE", State: records.BlockLive, Gen: 1, Meta: fmt.Sprintf(`{"x":%q}`, noise)}
+	huge := records.Block{Tenant: "acme", ID: "HUGE", State: protocol.BlockLive, Gen: 1, Meta: fmt.Sprintf(`{"x":%q}`, noise)}
 	if err := w.store.RegisterBlock(w.ctx, huge, nil, nil); !errors.Is(err, records.ErrMetaTooLarge) {
 		t.Fatalf("a %d-byte random meta.json: %v, want ErrMetaTooLarge", len(huge.Meta), err)
 	}
@@ -180,7 +181,7 @@ func TestClaimOfManySources(t *testing.T) {
 	w := newWorld(t)
 	var srcs []records.Block
 	for i := range 250 {
-		srcs = append(srcs, w.block(fmt.Sprintf("S%03d", i), records.BlockLive))
+		srcs = append(srcs, w.block(fmt.Sprintf("S%03d", i), protocol.BlockLive))
 	}
 	g := w.planned(records.Group{}, srcs, 1)
 	got, err := w.store.GetBlocks(w.ctx, "acme", g.Sources)
@@ -188,7 +189,7 @@ func TestClaimOfManySources(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, b := range got {
-		if b.State != records.BlockClaimed || b.ClaimedBy != g.Ref() {
+		if b.State != protocol.BlockClaimed || b.ClaimedBy != g.Ref() {
 			t.Fatalf("%s is %s claimed by %q", b.ID, b.State, b.ClaimedBy)
 		}
 	}

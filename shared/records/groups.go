@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/protocol"
 )
 
 // activeAgenda is the agenda entry that keeps an unfinished version in the
@@ -67,79 +67,99 @@ func (st *Store) CreateVersion(ctx context.Context, prev, next Group, now, prevO
 	if next.Partitions < 1 || next.Partitions > 64 {
 		return fmt.Errorf("create %s: %d partitions out of [1, 64]", next.Ref(), next.Partitions)
 	}
+	if next.State != protocol.GroupClaiming {
+		return fmt.Errorf("create %s: a version starts CLAIMING, not %s", next.Ref(), next.State)
+	}
 	head, err := marshalItem(next, tenantPK(next.Tenant), groupSK(next.Key))
 	if err != nil {
 		return err
 	}
-	put := &types.Put{Item: head}
+	on := subject{tenant: next.Tenant, group: next.KeyString, version: next.Version}
+	var hg guarded
 	if prev.Version == 0 {
-		put.ConditionExpression = aws.String("attribute_not_exists(PK)")
+		hg, err = guard(protocol.CreateFirst, on, expect{now: now.UnixMilli()})
 	} else {
-		put.ConditionExpression = aws.String("version = :v AND (#st = :retired OR #st = :superseded)")
-		put.ExpressionAttributeNames = map[string]string{"#st": "state"}
-		put.ExpressionAttributeValues = map[string]types.AttributeValue{
-			":v": n(prev.Version), ":retired": s(string(GroupRetired)), ":superseded": s(string(GroupSuperseded)),
-		}
+		hg, err = guard(protocol.CreateNext, on, expect{from: string(prev.State), version: prev.Version, now: now.UnixMilli()})
 	}
-	items := []types.TransactWriteItem{{Put: put}}
+	if err != nil {
+		return fmt.Errorf("create %s: %w", next.Ref(), err)
+	}
+	var x tx
+	x.add(hg, hg.put(head))
 	for p := 0; p < next.Partitions; p++ {
 		part, err := marshalItem(Partition{
 			Tenant: next.Tenant, Group: next.KeyString, Version: next.Version, Index: p,
-			State: PartitionPending, CreatedAt: next.CreatedAt, UpdatedAt: now.UnixMilli(),
+			State: protocol.PartitionPending, CreatedAt: next.CreatedAt, UpdatedAt: now.UnixMilli(),
 		}, tenantPK(next.Tenant), partitionSK(next.Key, next.Version, p))
 		if err != nil {
 			return err
 		}
-		items = append(items, types.TransactWriteItem{Put: &types.Put{
-			Item: part, ConditionExpression: aws.String("attribute_not_exists(PK)"),
-		}})
+		pon := on
+		pon.partition = p
+		pg, err := guard(protocol.CreatePartition, pon, expect{now: now.UnixMilli()})
+		if err != nil {
+			return err
+		}
+		x.add(pg, pg.put(part))
 	}
-	items = append(items, types.TransactWriteItem{Put: &types.Put{
+	x.plain(types.TransactWriteItem{Put: &types.Put{
 		Item: agendaItem(AgendaActive, time.UnixMilli(0), next.Tenant, activeSubject(next.Key)),
 	}})
 	if prev.Version > 0 {
-		items = append(items, types.TransactWriteItem{Put: &types.Put{
+		x.plain(types.TransactWriteItem{Put: &types.Put{
 			Item: agendaItem(AgendaOrphans, prevOrphansAt, prev.Tenant, orphansSubject(prev)),
 		}})
 	}
-	return st.transact(ctx, "create "+next.Ref(), items)
+	return st.commit(ctx, "create "+next.Ref(), x)
 }
 
-// groupCond is the condition every version transition names: this version,
-// in this state.
-func groupUpdate(g Group, from GroupState, set string, vals map[string]types.AttributeValue) *types.Update {
-	if vals == nil {
-		vals = map[string]types.AttributeValue{}
-	}
-	vals[":v"] = n(g.Version)
-	vals[":from"] = s(string(from))
-	return &types.Update{
-		Key:                       key(tenantPK(g.Tenant), groupSK(g.Key)),
-		ConditionExpression:       aws.String("version = :v AND #st = :from"),
-		UpdateExpression:          aws.String(set),
-		ExpressionAttributeNames:  map[string]string{"#st": "state"},
-		ExpressionAttributeValues: vals,
-	}
+// versionOf names g's head as a change's subject.
+func versionOf(g Group) subject {
+	return subject{tenant: g.Tenant, group: g.Key.String(), version: g.Version}
 }
 
-// SetGroupState moves version g.Version from one state to another:
-// CLAIMING → PLANNED after every claim held, COMPLETE → RETIRED after the
-// outputs are published and the sources retiring. (Supersede abandons a
-// version with its reason.)
-func (st *Store) SetGroupState(ctx context.Context, g Group, from, to GroupState, now time.Time) error {
-	u := groupUpdate(g, from, "SET #st = :to, updatedAt = :now", map[string]types.AttributeValue{
-		":to": s(string(to)), ":now": n(now.UnixMilli()),
-	})
-	return st.transact(ctx, fmt.Sprintf("%s %s→%s", g.Ref(), from, to), []types.TransactWriteItem{{Update: u}})
+// versionWrite is transition name of version g.Version, leaving from:
+// the update of its head that also sets set (and removes remove).
+func versionWrite(name protocol.Name, g Group, from protocol.GroupState, now time.Time, set, remove string,
+	vals map[string]types.AttributeValue) (guarded, types.TransactWriteItem, error) {
+	gd, err := guard(name, versionOf(g), expect{from: string(from), version: g.Version, now: now.UnixMilli()})
+	if err != nil {
+		return guarded{}, types.TransactWriteItem{}, fmt.Errorf("%s %s: %w", name, g.Ref(), err)
+	}
+	return gd, gd.update(key(tenantPK(g.Tenant), groupSK(g.Key)), set, remove, vals), nil
+}
+
+// writeVersion sends one transition of the head as its own transaction.
+func (st *Store) writeVersion(ctx context.Context, name protocol.Name, g Group, from protocol.GroupState, now time.Time,
+	set, remove string, vals map[string]types.AttributeValue) error {
+	gd, it, err := versionWrite(name, g, from, now, set, remove, vals)
+	if err != nil {
+		return err
+	}
+	var x tx
+	x.add(gd, it)
+	return st.commit(ctx, fmt.Sprintf("%s %s %s→%s", name, g.Ref(), from, gd.t.Enters(string(from))), x)
+}
+
+// SetGroupState moves version g.Version from one state to another by the
+// protocol's plain transition between them: CLAIMING → PLANNED after every
+// claim held, COMPLETE → RETIRED after the outputs are published and the
+// sources retiring, CLAIMING|PLANNED → SUPERSEDED. A pair of states the
+// protocol has no such transition for is refused.
+func (st *Store) SetGroupState(ctx context.Context, g Group, from, to protocol.GroupState, now time.Time) error {
+	t, err := protocol.Between(protocol.ItemVersion, string(from), string(to))
+	if err != nil {
+		return fmt.Errorf("%s: %w", g.Ref(), err)
+	}
+	return st.writeVersion(ctx, t.Name, g, from, now, "updatedAt = :now", "", map[string]types.AttributeValue{":now": n(now.UnixMilli())})
 }
 
 // Supersede abandons version g.Version (CLAIMING|PLANNED → SUPERSEDED),
 // recording why.
-func (st *Store) Supersede(ctx context.Context, g Group, from GroupState, reason string, now time.Time) error {
-	u := groupUpdate(g, from, "SET #st = :to, reason = :reason, updatedAt = :now", map[string]types.AttributeValue{
-		":to": s(string(GroupSuperseded)), ":reason": s(clip(reason)), ":now": n(now.UnixMilli()),
+func (st *Store) Supersede(ctx context.Context, g Group, from protocol.GroupState, reason string, now time.Time) error {
+	return st.writeVersion(ctx, protocol.Supersede, g, from, now, "reason = :reason, updatedAt = :now", "", map[string]types.AttributeValue{
+		":reason": s(clip(reason)), ":now": n(now.UnixMilli()),
 	})
-	return st.transact(ctx, fmt.Sprintf("%s %s→%s", g.Ref(), from, GroupSuperseded), []types.TransactWriteItem{{Update: u}})
 }
 
 // Complete completes version g.Version: the head PLANNED → COMPLETE and a
@@ -147,19 +167,23 @@ func (st *Store) Supersede(ctx context.Context, g Group, from GroupState, reason
 // A concurrent commit or lease takeover on any partition conflicts with it,
 // so exactly one of them wins (the Janus lesson).
 func (st *Store) Complete(ctx context.Context, g Group, now time.Time) error {
-	items := []types.TransactWriteItem{{Update: groupUpdate(g, GroupPlanned,
-		"SET #st = :to, updatedAt = :now, everCompleted = :t", map[string]types.AttributeValue{
-			":to": s(string(GroupComplete)), ":now": n(now.UnixMilli()), ":t": &types.AttributeValueMemberBOOL{Value: true},
-		})}}
-	for p := 0; p < g.Partitions; p++ {
-		items = append(items, types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
-			Key:                       key(tenantPK(g.Tenant), partitionSK(g.Key, g.Version, p)),
-			ConditionExpression:       aws.String("#st = :done"),
-			ExpressionAttributeNames:  map[string]string{"#st": "state"},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":done": s(string(PartitionDone))},
-		}})
+	gd, it, err := versionWrite(protocol.Complete, g, protocol.GroupPlanned, now, "updatedAt = :now, everCompleted = :t", "",
+		map[string]types.AttributeValue{":now": n(now.UnixMilli()), ":t": &types.AttributeValueMemberBOOL{Value: true}})
+	if err != nil {
+		return err
 	}
-	return st.transact(ctx, "complete "+g.Ref(), items)
+	var x tx
+	x.add(gd, it)
+	for p := 0; p < g.Partitions; p++ {
+		on := versionOf(g)
+		on.partition = p
+		dg, err := guard(protocol.DoneCheck, on, expect{now: now.UnixMilli()})
+		if err != nil {
+			return err
+		}
+		x.add(dg, dg.check(key(tenantPK(g.Tenant), partitionSK(g.Key, g.Version, p))))
+	}
+	return st.commit(ctx, "complete "+g.Ref(), x)
 }
 
 // FinishVersion takes a final version (RETIRED or SUPERSEDED, cleanup done)
@@ -167,17 +191,17 @@ func (st *Store) Complete(ctx context.Context, g Group, now time.Time) error {
 // orphansAt. The condition names the version and its final state, so a
 // newer version's entry is never removed by a late cleaner.
 func (st *Store) FinishVersion(ctx context.Context, g Group, orphansAt time.Time) error {
-	items := []types.TransactWriteItem{
-		{ConditionCheck: &types.ConditionCheck{
-			Key:                       key(tenantPK(g.Tenant), groupSK(g.Key)),
-			ConditionExpression:       aws.String("version = :v AND #st = :st"),
-			ExpressionAttributeNames:  map[string]string{"#st": "state"},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":v": n(g.Version), ":st": s(string(g.State))},
-		}},
-		{Delete: &types.Delete{Key: key(agendaPK, agendaSK(AgendaActive, time.UnixMilli(0), g.Tenant, activeSubject(g.Key)))}},
-		{Put: &types.Put{Item: agendaItem(AgendaOrphans, orphansAt, g.Tenant, orphansSubject(g))}},
+	gd, err := guard(protocol.FinishVersion, versionOf(g), expect{from: string(g.State), version: g.Version})
+	if err != nil {
+		return fmt.Errorf("finish %s: %w", g.Ref(), err)
 	}
-	return st.transact(ctx, "finish "+g.Ref(), items)
+	var x tx
+	x.add(gd, gd.check(key(tenantPK(g.Tenant), groupSK(g.Key))))
+	x.plain(
+		types.TransactWriteItem{Delete: &types.Delete{Key: key(agendaPK, agendaSK(AgendaActive, time.UnixMilli(0), g.Tenant, activeSubject(g.Key)))}},
+		types.TransactWriteItem{Put: &types.Put{Item: agendaItem(AgendaOrphans, orphansAt, g.Tenant, orphansSubject(g))}},
+	)
+	return st.commit(ctx, "finish "+g.Ref(), x)
 }
 
 // orphansSubject names a version in its second-orphan-sweep agenda entry.

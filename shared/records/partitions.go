@@ -7,11 +7,11 @@ import (
 	"sort"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/protocol"
 )
 
 // Partitions reads every partition item of version v, in partition order.
@@ -32,28 +32,15 @@ func (st *Store) Partitions(ctx context.Context, tenant string, g planning.Group
 	return out, nil
 }
 
-// headCheck is the fence every job write carries: the group is still at
-// version v and PLANNED — and, for a lease (maxFailures > 0), its jobs
-// have failed fewer than maxFailures times.
-func headCheck(tenant string, g planning.GroupKey, v int64, maxFailures int) types.TransactWriteItem {
-	cond := "version = :v AND #st = :planned"
-	vals := map[string]types.AttributeValue{":v": n(v), ":planned": s(string(GroupPlanned))}
-	if maxFailures > 0 {
-		cond += " AND (attribute_not_exists(failures) OR failures < :max)"
-		vals[":max"] = n(int64(maxFailures))
-	}
-	return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
-		Key:                       key(tenantPK(tenant), groupSK(g)),
-		ConditionExpression:       aws.String(cond),
-		ExpressionAttributeNames:  map[string]string{"#st": "state"},
-		ExpressionAttributeValues: vals,
-	}}
-}
-
 // ErrAttemptsExhausted is returned by Lease when the version's jobs have
 // failed maxFailures times: the job must not run again, the cleaner
 // quarantines (it is told so).
 var ErrAttemptsExhausted = errors.New("the version's jobs have failed too often")
+
+// partitionOf names partition p of version v as a change's subject.
+func partitionOf(tenant string, g planning.GroupKey, v int64, p int) subject {
+	return subject{tenant: tenant, group: g.String(), version: v, partition: p}
+}
 
 // Lease takes partition p of version v for owner until leaseUntil and
 // returns the attempt number. It is one transaction: a condition on the
@@ -66,26 +53,25 @@ var ErrAttemptsExhausted = errors.New("the version's jobs have failed too often"
 // report: a timeout, out of memory, a crash): its condition names the
 // holder whose lease expired, so each dead attempt is counted once.
 func (st *Store) Lease(ctx context.Context, tenant string, g planning.GroupKey, v int64, p int, owner string, now, leaseUntil time.Time, maxFailures int) (int, error) {
-	ref := fmt.Sprintf("%s/p%d", VersionRef(tenant, g, v), p)
-	part := func(cond string, extra string, vals map[string]types.AttributeValue) types.TransactWriteItem {
-		vals[":running"], vals[":now"], vals[":owner"] = s(string(PartitionRunning)), n(now.UnixMilli()), s(owner)
-		vals[":until"], vals[":one"] = n(leaseUntil.UnixMilli()), n(1)
-		return types.TransactWriteItem{Update: &types.Update{
-			Key:                 key(tenantPK(tenant), partitionSK(g, v, p)),
-			ConditionExpression: aws.String(cond),
-			UpdateExpression: aws.String("SET #st = :running, leaseOwner = :owner, leaseUntil = :until, " +
-				"attempt = attempt + :one, updatedAt = :now" + extra),
-			ExpressionAttributeNames:  map[string]string{"#st": "state"},
-			ExpressionAttributeValues: vals,
-		}}
+	ref := partitionRef(tenant, g, v, p)
+	if maxFailures < 1 {
+		return 0, fmt.Errorf("lease %s: the attempt limit must be at least 1, not %d", ref, maxFailures)
 	}
-	items := []types.TransactWriteItem{
-		headCheck(tenant, g, v, maxFailures),
-		part("#st = :pending", "", map[string]types.AttributeValue{":pending": s(string(PartitionPending))}),
+	fg, err := guard(protocol.LeaseFence, subject{tenant: tenant, group: g.String(), version: v},
+		expect{version: v, max: maxFailures, now: now.UnixMilli()})
+	if err != nil {
+		return 0, err
 	}
-	err := st.transact(ctx, "lease "+ref, items)
+	pg, err := guard(protocol.Lease, partitionOf(tenant, g, v, p), expect{owner: owner, now: now.UnixMilli()})
+	if err != nil {
+		return 0, err
+	}
+	var x tx
+	x.add(fg, fg.check(key(tenantPK(tenant), groupSK(g))))
+	x.add(pg, pg.update(key(tenantPK(tenant), partitionSK(g, v, p)), leaseSet, "", leaseVals(owner, now, leaseUntil)))
+	err = st.commit(ctx, "lease "+ref, x)
 	if IsConditionLost(err) {
-		err = st.takeOver(ctx, tenant, g, v, p, ref, now, maxFailures, err, part)
+		err = st.takeOver(ctx, tenant, g, v, p, ref, owner, now, leaseUntil, maxFailures, err)
 	}
 	if err != nil {
 		return 0, err
@@ -97,44 +83,54 @@ func (st *Store) Lease(ctx context.Context, tenant string, g planning.GroupKey, 
 	return got.Attempt, nil
 }
 
+// leaseSet is what a lease writes on its partition besides its state.
+const leaseSet = "leaseOwner = :owner, leaseUntil = :until, attempt = attempt + :one, updatedAt = :now"
+
+func leaseVals(owner string, now, leaseUntil time.Time) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		":owner": s(owner), ":until": n(leaseUntil.UnixMilli()), ":one": n(1), ":now": n(now.UnixMilli()),
+	}
+}
+
 // takeOver is Lease's second transaction: the partition is RUNNING under
 // an expired lease. lost is the first transaction's lost condition,
 // returned when there is nothing to take over.
-func (st *Store) takeOver(ctx context.Context, tenant string, g planning.GroupKey, v int64, p int, ref string, now time.Time, maxFailures int, lost error,
-	part func(cond, extra string, vals map[string]types.AttributeValue) types.TransactWriteItem) error {
+func (st *Store) takeOver(ctx context.Context, tenant string, g planning.GroupKey, v int64, p int, ref, owner string,
+	now, leaseUntil time.Time, maxFailures int, lost error) error {
 	var head Group
 	if _, err := st.get(ctx, tenantPK(tenant), groupSK(g), &head); err != nil {
 		return err
 	}
-	if head.Version == v && head.State == GroupPlanned && head.Failures >= maxFailures {
+	if head.Version == v && head.State == protocol.GroupPlanned && head.Failures >= maxFailures {
 		return fmt.Errorf("lease %s: %d failures: %w", ref, head.Failures, ErrAttemptsExhausted)
 	}
 	var cur Partition
 	if _, err := st.get(ctx, tenantPK(tenant), partitionSK(g, v, p), &cur); err != nil {
 		return err
 	}
-	if cur.State != PartitionRunning || cur.LeaseUntil >= now.UnixMilli() || cur.LeaseOwner == "" {
+	if cur.State != protocol.PartitionRunning || cur.LeaseUntil >= now.UnixMilli() || cur.LeaseOwner == "" {
 		return lost
 	}
 	died := Failure{Kind: FailureDied, Message: fmt.Sprintf("the job of %s died: its lease expired at %s without a commit or a report (timeout, out of memory, crash?)",
 		cur.LeaseOwner, time.UnixMilli(cur.LeaseUntil).UTC().Format(time.RFC3339))}
-	headVals := map[string]types.AttributeValue{
-		":v": n(v), ":planned": s(string(GroupPlanned)), ":max": n(int64(maxFailures)), ":now": n(now.UnixMilli()),
-	}
+	headVals := map[string]types.AttributeValue{":now": n(now.UnixMilli())}
 	set := failureSet(died, headVals)
-	items := []types.TransactWriteItem{
-		{Update: &types.Update{
-			Key:                       key(tenantPK(tenant), groupSK(g)),
-			ConditionExpression:       aws.String("version = :v AND #st = :planned AND (attribute_not_exists(failures) OR failures < :max)"),
-			UpdateExpression:          aws.String("SET " + set + ", updatedAt = :now"),
-			ExpressionAttributeNames:  map[string]string{"#st": "state"},
-			ExpressionAttributeValues: headVals,
-		}},
-		part("#st = :running AND leaseOwner = :prev AND leaseUntil < :now",
-			", failures = if_not_exists(failures, :zero) + :one, lastError = :err",
-			map[string]types.AttributeValue{":prev": s(cur.LeaseOwner), ":zero": n(0), ":err": s(clip(died.Message))}),
+	hg, err := guard(protocol.CountDeadAttempt, subject{tenant: tenant, group: g.String(), version: v},
+		expect{version: v, max: maxFailures, now: now.UnixMilli()})
+	if err != nil {
+		return err
 	}
-	return st.transact(ctx, "take over "+ref+" from "+cur.LeaseOwner, items)
+	pg, err := guard(protocol.TakeOver, partitionOf(tenant, g, v, p), expect{owner: owner, prev: cur.LeaseOwner, now: now.UnixMilli()})
+	if err != nil {
+		return err
+	}
+	vals := leaseVals(owner, now, leaseUntil)
+	vals[":zero"], vals[":err"] = n(0), s(clip(died.Message))
+	var x tx
+	x.add(hg, hg.update(key(tenantPK(tenant), groupSK(g)), set+", updatedAt = :now", "", headVals))
+	x.add(pg, pg.update(key(tenantPK(tenant), partitionSK(g, v, p)),
+		leaseSet+", failures = if_not_exists(failures, :zero) + :one, lastError = :err", "", vals))
+	return st.commit(ctx, "take over "+ref+" from "+cur.LeaseOwner, x)
 }
 
 // Commit records partition p of version v as DONE by the lease holder
@@ -143,35 +139,29 @@ func (st *Store) takeOver(ctx context.Context, tenant string, g planning.GroupKe
 // lease (RUNNING, leaseOwner = owner). The output is registered in every
 // range at and above its level (ranges).
 func (st *Store) Commit(ctx context.Context, tenant string, g planning.GroupKey, v int64, p int, owner string, output *Block, ranges []planning.GroupKey, now time.Time) error {
-	ref := fmt.Sprintf("%s/p%d", VersionRef(tenant, g, v), p)
-	vals := map[string]types.AttributeValue{
-		":running": s(string(PartitionRunning)), ":done": s(string(PartitionDone)),
-		":owner": s(owner), ":now": n(now.UnixMilli()),
+	ref := partitionRef(tenant, g, v, p)
+	fg, err := guard(protocol.JobFence, subject{tenant: tenant, group: g.String(), version: v}, expect{version: v, now: now.UnixMilli()})
+	if err != nil {
+		return err
 	}
-	set := "SET #st = :done, updatedAt = :now"
+	pg, err := guard(protocol.Commit, partitionOf(tenant, g, v, p), expect{owner: owner, now: now.UnixMilli()})
+	if err != nil {
+		return err
+	}
+	vals := map[string]types.AttributeValue{":now": n(now.UnixMilli())}
+	set := "updatedAt = :now"
 	if output != nil {
 		vals[":out"] = s(output.ID)
 		set += ", #out = :out"
+		pg.names["#out"] = "output"
 	} else {
 		vals[":t"] = &types.AttributeValueMemberBOOL{Value: true}
 		set += ", #empty = :t"
+		pg.names["#empty"] = "empty"
 	}
-	names := map[string]string{"#st": "state"}
-	if output != nil {
-		names["#out"] = "output"
-	} else {
-		names["#empty"] = "empty"
-	}
-	items := []types.TransactWriteItem{
-		headCheck(tenant, g, v, 0),
-		{Update: &types.Update{
-			Key:                       key(tenantPK(tenant), partitionSK(g, v, p)),
-			ConditionExpression:       aws.String("#st = :running AND leaseOwner = :owner"),
-			UpdateExpression:          aws.String(set),
-			ExpressionAttributeNames:  names,
-			ExpressionAttributeValues: vals,
-		}},
-	}
+	var x tx
+	x.add(fg, fg.check(key(tenantPK(tenant), groupSK(g))))
+	x.add(pg, pg.update(key(tenantPK(tenant), partitionSK(g, v, p)), set, "", vals))
 	if output != nil {
 		out, parts, err := splitMeta(*output)
 		if err != nil {
@@ -181,13 +171,15 @@ func (st *Store) Commit(ctx context.Context, tenant string, g planning.GroupKey,
 		if err != nil {
 			return err
 		}
-		items = append(items, types.TransactWriteItem{Put: &types.Put{
-			Item: item, ConditionExpression: aws.String("attribute_not_exists(PK)"),
-		}})
-		items = append(items, parts...)
+		og, err := guard(protocol.PutOutput, subject{tenant: tenant, block: output.ID}, expect{by: output.ProducedBy, now: now.UnixMilli()})
+		if err != nil {
+			return err
+		}
+		x.add(og, og.put(item))
+		x.plain(parts...)
 		for _, r := range ranges {
-			items = append(items, memberPut(*output, r))
+			x.plain(memberPut(*output, r))
 		}
 	}
-	return st.transact(ctx, "commit "+ref, items)
+	return st.commit(ctx, "commit "+ref, x)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/sluice-dev/sluice/localstack/envtest"
 	"github.com/sluice-dev/sluice/shared/awslimits"
 	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/stream"
 )
@@ -37,7 +38,7 @@ func newWorld(t *testing.T) *world {
 
 var g12 = planning.GroupKey{Stream: stream.Stream{}.ID(), Level: 1, RangeStart: 0}
 
-func (w *world) block(id string, state records.BlockState) records.Block {
+func (w *world) block(id string, state protocol.BlockState) records.Block {
 	w.t.Helper()
 	b := records.Block{Tenant: "acme", ID: id, MinT: 0, MaxT: 7_200_000, State: state, Gen: 1, Published: true, Meta: "{}"}
 	if err := w.store.RegisterBlock(w.ctx, b, []planning.GroupKey{g12}, nil); err != nil {
@@ -50,7 +51,7 @@ func (w *world) block(id string, state records.BlockState) records.Block {
 // plans it.
 func (w *world) planned(prev records.Group, srcs []records.Block, n int) records.Group {
 	w.t.Helper()
-	g := records.Group{Tenant: "acme", Key: g12, Version: prev.Version + 1, State: records.GroupClaiming,
+	g := records.Group{Tenant: "acme", Key: g12, Version: prev.Version + 1, State: protocol.GroupClaiming,
 		CreatedAt: w.now.UnixMilli(), UpdatedAt: w.now.UnixMilli(), Partitions: n}
 	for _, b := range srcs {
 		g.Sources = append(g.Sources, b.ID)
@@ -61,10 +62,10 @@ func (w *world) planned(prev records.Group, srcs []records.Block, n int) records
 	if err := w.store.Claim(w.ctx, g, srcs, w.now); err != nil {
 		w.t.Fatalf("claim for %s: %v", g.Ref(), err)
 	}
-	if err := w.store.SetGroupState(w.ctx, g, records.GroupClaiming, records.GroupPlanned, w.now); err != nil {
+	if err := w.store.SetGroupState(w.ctx, g, protocol.GroupClaiming, protocol.GroupPlanned, w.now); err != nil {
 		w.t.Fatalf("plan %s: %v", g.Ref(), err)
 	}
-	g.State = records.GroupPlanned
+	g.State = protocol.GroupPlanned
 	return g
 }
 
@@ -72,15 +73,15 @@ func (w *world) leaseAndCommit(g records.Group, p int, owner string) error {
 	if _, err := w.store.Lease(w.ctx, "acme", g.Key, g.Version, p, owner, w.now, w.now.Add(time.Minute), 3); err != nil {
 		return err
 	}
-	out := records.Block{Tenant: "acme", ID: fmt.Sprintf("OUT-%d-%d", g.Version, p), State: records.BlockPending, Gen: 1,
+	out := records.Block{Tenant: "acme", ID: fmt.Sprintf("OUT-%d-%d", g.Version, p), State: protocol.BlockPending, Gen: 1,
 		ProducedBy: fmt.Sprintf("%s/p%d", g.Ref(), p), Level: 1, Meta: "{}"}
 	return w.store.Commit(w.ctx, "acme", g.Key, g.Version, p, owner, &out, nil, w.now)
 }
 
 func TestRegisterTwiceLosesWithTheExistingRecord(t *testing.T) {
 	w := newWorld(t)
-	w.block("B1", records.BlockLive)
-	err := w.store.RegisterBlock(w.ctx, records.Block{Tenant: "acme", ID: "B1", State: records.BlockLive, Gen: 1}, nil, nil)
+	w.block("B1", protocol.BlockLive)
+	err := w.store.RegisterBlock(w.ctx, records.Block{Tenant: "acme", ID: "B1", State: protocol.BlockLive, Gen: 1}, nil, nil)
 	if !records.IsConditionLost(err) {
 		t.Fatalf("second register: %v, want a lost condition", err)
 	}
@@ -100,7 +101,7 @@ func TestCreateVersionHasOneWinner(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			g := records.Group{Tenant: "acme", Key: g12, Version: 1, State: records.GroupClaiming,
+			g := records.Group{Tenant: "acme", Key: g12, Version: 1, State: protocol.GroupClaiming,
 				CreatedAt: int64(i), Partitions: 4, Sources: []string{fmt.Sprint(i)}}
 			results[i] = w.store.CreateVersion(w.ctx, records.Group{}, g, w.now, w.now)
 		}()
@@ -128,7 +129,7 @@ func TestCreateVersionHasOneWinner(t *testing.T) {
 // Two versions of different groups claim an overlapping source: one loses.
 func TestClaimsAreExclusive(t *testing.T) {
 	w := newWorld(t)
-	b := w.block("B1", records.BlockLive)
+	b := w.block("B1", protocol.BlockLive)
 	g1, g2 := w.claiming(g12), w.claiming(planning.GroupKey{Stream: g12.Stream, Level: 2, RangeStart: g12.RangeStart})
 	if err := w.store.Claim(w.ctx, g1, []records.Block{b}, w.now); err != nil {
 		t.Fatal(err)
@@ -138,7 +139,7 @@ func TestClaimsAreExclusive(t *testing.T) {
 		t.Fatalf("second claim: %v, want lost", err)
 	}
 	got, _, _ := w.store.GetBlock(w.ctx, "acme", "B1")
-	if got.ClaimedBy != g1.Ref() || got.State != records.BlockClaimed || got.Gen != 2 {
+	if got.ClaimedBy != g1.Ref() || got.State != protocol.BlockClaimed || got.Gen != 2 {
 		t.Fatalf("block after claims = %+v", got)
 	}
 }
@@ -150,7 +151,7 @@ func TestCompletionConflictsWithCommit(t *testing.T) {
 	for round := range 6 {
 		t.Run(fmt.Sprint(round), func(t *testing.T) {
 			w := newWorld(t)
-			g := w.planned(records.Group{}, []records.Block{w.block("B1", records.BlockLive)}, 2)
+			g := w.planned(records.Group{}, []records.Block{w.block("B1", protocol.BlockLive)}, 2)
 			if err := w.leaseAndCommit(g, 0, "w0"); err != nil {
 				t.Fatal(err)
 			}
@@ -165,7 +166,7 @@ func TestCompletionConflictsWithCommit(t *testing.T) {
 				if round%2 == 0 {
 					time.Sleep(time.Duration(round) * time.Millisecond)
 				}
-				out := records.Block{Tenant: "acme", ID: "OUT-1-1", State: records.BlockPending, Gen: 1, ProducedBy: g.Ref() + "/p1"}
+				out := records.Block{Tenant: "acme", ID: "OUT-1-1", State: protocol.BlockPending, Gen: 1, ProducedBy: g.Ref() + "/p1"}
 				commitErr = w.store.Commit(w.ctx, "acme", g12, 1, 1, "w1", &out, nil, w.now)
 			}()
 			go func() {
@@ -183,9 +184,9 @@ func TestCompletionConflictsWithCommit(t *testing.T) {
 			}
 			head, _, _ := w.store.GetGroup(w.ctx, "acme", g12)
 			parts, _ := w.store.Partitions(w.ctx, "acme", g12, 1)
-			if head.State == records.GroupComplete {
+			if head.State == protocol.GroupComplete {
 				for _, p := range parts {
-					if p.State != records.PartitionDone {
+					if p.State != protocol.PartitionDone {
 						t.Fatalf("COMPLETE with partition %d %s", p.Index, p.State)
 					}
 				}
@@ -197,7 +198,7 @@ func TestCompletionConflictsWithCommit(t *testing.T) {
 			}
 			// Completion a second time, now that both are in: exactly one
 			// state results.
-			if head.State == records.GroupPlanned {
+			if head.State == protocol.GroupPlanned {
 				if err := w.store.Complete(w.ctx, g, w.now); err != nil {
 					t.Fatalf("completion after the commit: %v", err)
 				}
@@ -210,7 +211,7 @@ func TestCompletionConflictsWithCommit(t *testing.T) {
 // superseded, and a lease taken over leaves the old owner's commit lost.
 func TestStaleJobsAreFenced(t *testing.T) {
 	w := newWorld(t)
-	b := w.block("B1", records.BlockLive)
+	b := w.block("B1", protocol.BlockLive)
 	g := w.planned(records.Group{}, []records.Block{b}, 2)
 
 	if _, err := w.store.Lease(w.ctx, "acme", g12, 1, 0, "old", w.now, w.now.Add(time.Second), 3); err != nil {
@@ -224,11 +225,11 @@ func TestStaleJobsAreFenced(t *testing.T) {
 	if err != nil || attempt != 2 {
 		t.Fatalf("takeover of an expired lease = attempt %d, %v; want 2", attempt, err)
 	}
-	out := records.Block{Tenant: "acme", ID: "OUT", State: records.BlockPending, Gen: 1, ProducedBy: g.Ref() + "/p0"}
+	out := records.Block{Tenant: "acme", ID: "OUT", State: protocol.BlockPending, Gen: 1, ProducedBy: g.Ref() + "/p0"}
 	if err := w.store.Commit(w.ctx, "acme", g12, 1, 0, "old", &out, nil, later); !records.IsConditionLost(err) {
 		t.Fatalf("commit by the lease's old owner: %v, want lost", err)
 	}
-	if err := w.store.SetGroupState(w.ctx, g, records.GroupPlanned, records.GroupSuperseded, later); err != nil {
+	if err := w.store.SetGroupState(w.ctx, g, protocol.GroupPlanned, protocol.GroupSuperseded, later); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.store.Commit(w.ctx, "acme", g12, 1, 0, "new", &out, nil, later); !records.IsConditionLost(err) {
@@ -242,7 +243,7 @@ func TestStaleJobsAreFenced(t *testing.T) {
 	}
 	// Version 2 may now be created over version 1 (SUPERSEDED is final);
 	// version 1's job still cannot touch it.
-	g.State = records.GroupSuperseded
+	g.State = protocol.GroupSuperseded
 	if err := w.store.ReleaseClaim(w.ctx, g.Ref(), records.Block{Tenant: "acme", ID: "B1"}, later); err != nil {
 		t.Fatal(err)
 	}
@@ -260,13 +261,13 @@ func TestStaleJobsAreFenced(t *testing.T) {
 // bump names the version it read.
 func TestCreateVersionNamesWhatItRead(t *testing.T) {
 	w := newWorld(t)
-	g := w.planned(records.Group{}, []records.Block{w.block("B1", records.BlockLive)}, 1)
-	next := records.Group{Tenant: "acme", Key: g12, Version: 2, State: records.GroupClaiming, Partitions: 1}
+	g := w.planned(records.Group{}, []records.Block{w.block("B1", protocol.BlockLive)}, 1)
+	next := records.Group{Tenant: "acme", Key: g12, Version: 2, State: protocol.GroupClaiming, Partitions: 1}
 	if err := w.store.CreateVersion(w.ctx, g, next, w.now, w.now); !records.IsConditionLost(err) {
 		t.Fatalf("v2 over a PLANNED v1: %v, want lost", err)
 	}
 	stale := records.Group{Tenant: "acme", Key: g12, Version: 0}
-	if err := w.store.CreateVersion(w.ctx, stale, records.Group{Tenant: "acme", Key: g12, Version: 1, Partitions: 1}, w.now, w.now); !records.IsConditionLost(err) {
+	if err := w.store.CreateVersion(w.ctx, stale, records.Group{Tenant: "acme", Key: g12, Version: 1, State: protocol.GroupClaiming, Partitions: 1}, w.now, w.now); !records.IsConditionLost(err) {
 		t.Fatalf("v1 again from a stale read: %v, want lost", err)
 	}
 }
@@ -276,13 +277,13 @@ func TestCreateVersionNamesWhatItRead(t *testing.T) {
 // once the group's active entry stands for the new version.
 func TestNextVersionSchedulesPreviousOrphanSweep(t *testing.T) {
 	w := newWorld(t)
-	v1 := w.planned(records.Group{}, []records.Block{w.block("B1", records.BlockLive)}, 1)
-	if err := w.store.SetGroupState(w.ctx, v1, records.GroupPlanned, records.GroupSuperseded, w.now); err != nil {
+	v1 := w.planned(records.Group{}, []records.Block{w.block("B1", protocol.BlockLive)}, 1)
+	if err := w.store.SetGroupState(w.ctx, v1, protocol.GroupPlanned, protocol.GroupSuperseded, w.now); err != nil {
 		t.Fatal(err)
 	}
-	v1.State = records.GroupSuperseded
+	v1.State = protocol.GroupSuperseded
 	sweepAt := w.now.Add(5 * time.Minute)
-	v2 := records.Group{Tenant: "acme", Key: g12, Version: 2, State: records.GroupClaiming, Partitions: 1}
+	v2 := records.Group{Tenant: "acme", Key: g12, Version: 2, State: protocol.GroupClaiming, Partitions: 1}
 	if err := w.store.CreateVersion(w.ctx, v1, v2, w.now, sweepAt); err != nil {
 		t.Fatalf("v2 over a superseded v1: %v", err)
 	}
@@ -308,7 +309,7 @@ func TestNextVersionSchedulesPreviousOrphanSweep(t *testing.T) {
 // claiming creates version 1 of group k, CLAIMING.
 func (w *world) claiming(k planning.GroupKey) records.Group {
 	w.t.Helper()
-	g := records.Group{Tenant: "acme", Key: k, Version: 1, State: records.GroupClaiming,
+	g := records.Group{Tenant: "acme", Key: k, Version: 1, State: protocol.GroupClaiming,
 		CreatedAt: w.now.UnixMilli(), UpdatedAt: w.now.UnixMilli(), Partitions: 1}
 	if err := w.store.CreateVersion(w.ctx, records.Group{}, g, w.now, w.now); err != nil {
 		w.t.Fatalf("create %s: %v", g.Ref(), err)
@@ -321,16 +322,16 @@ func (w *world) claiming(k planning.GroupKey) records.Group {
 // no cleanup will ever release (chaos seed 18).
 func TestClaimIsFencedOnTheVersion(t *testing.T) {
 	w := newWorld(t)
-	b := w.block("B1", records.BlockLive)
+	b := w.block("B1", protocol.BlockLive)
 	g := w.claiming(g12)
-	if err := w.store.Supersede(w.ctx, g, records.GroupClaiming, "claiming made no progress", w.now); err != nil {
+	if err := w.store.Supersede(w.ctx, g, protocol.GroupClaiming, "claiming made no progress", w.now); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.store.Claim(w.ctx, g, []records.Block{b}, w.now); !records.IsConditionLost(err) {
 		t.Fatalf("claim for a superseded version: %v, want lost", err)
 	}
 	got, _, _ := w.store.GetBlock(w.ctx, "acme", "B1")
-	if got.State != records.BlockLive || got.ClaimedBy != "" {
+	if got.State != protocol.BlockLive || got.ClaimedBy != "" {
 		t.Errorf("block after the lost claim: %s claimed by %q, want LIVE and unclaimed", got.State, got.ClaimedBy)
 	}
 }

@@ -8,40 +8,9 @@
 package records
 
 import (
-	"fmt"
-
 	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/stream"
-)
-
-// BlockState is a block's place in its life (docs/design.md §3).
-type BlockState string
-
-// Block states.
-const (
-	// BlockLive: readable and, when published and unclaimed, plannable.
-	BlockLive BlockState = "LIVE"
-	// BlockClaimed: a source of one group version (ClaimedBy).
-	BlockClaimed BlockState = "CLAIMED"
-	// BlockRetiring: its group completed; a deletion mark is (being) written
-	// and it is deleted after the deletion delay.
-	BlockRetiring BlockState = "RETIRING"
-	// BlockDeleted: its objects are deleted (or being deleted).
-	BlockDeleted BlockState = "DELETED"
-	// BlockPending: an output of a version that has not completed yet.
-	BlockPending BlockState = "PENDING"
-	// BlockDiscarded: an output of a superseded version; its objects are
-	// deleted.
-	BlockDiscarded BlockState = "DISCARDED"
-	// BlockRejected: an upload that cannot be compacted (corrupt meta.json,
-	// missing files). It is never touched; `sluice status` shows the reason.
-	BlockRejected BlockState = "REJECTED"
-	// BlockQuarantined: a source that compaction failed on, again and
-	// again, for a reason that names it (corrupt index or chunks, files
-	// gone). It stays readable and is never a source again until `sluice
-	// retry` releases it; Sluice writes a no-compact-mark.json for it, as
-	// Thanos and Cortex do, so their tools leave it alone too.
-	BlockQuarantined BlockState = "QUARANTINED"
 )
 
 // ObjectVersion is one S3 object version that a record names.
@@ -66,8 +35,8 @@ type Block struct {
 	// streams never share a group.
 	Stream string `dynamodbav:"stream,omitempty"`
 	// Level is Sluice's level: 0 for uploads, the group's level for outputs.
-	Level int        `dynamodbav:"level"`
-	State BlockState `dynamodbav:"state"`
+	Level int                 `dynamodbav:"level"`
+	State protocol.BlockState `dynamodbav:"state"`
 	// Gen increases on every state transition; block ops carry it.
 	Gen        int64  `dynamodbav:"gen"`
 	ClaimedBy  string `dynamodbav:"claimedBy,omitempty"`
@@ -145,39 +114,18 @@ func (b Block) Names(relPath, versionID string) bool {
 	return false
 }
 
-// GroupState is the state of a group's current version.
-type GroupState string
-
-// Group version states.
-const (
-	GroupClaiming   GroupState = "CLAIMING"
-	GroupPlanned    GroupState = "PLANNED"
-	GroupComplete   GroupState = "COMPLETE"
-	GroupRetired    GroupState = "RETIRED"
-	GroupSuperseded GroupState = "SUPERSEDED"
-	// GroupQuarantined: the version's jobs failed MaxJobAttempts times for
-	// a reason that names no source block. Its sources stay claimed (and
-	// readable) and no new version is planned until `sluice retry`.
-	GroupQuarantined GroupState = "QUARANTINED"
-)
-
-// Unfinished reports whether a version in this state blocks a new version.
-func (s GroupState) Unfinished() bool {
-	return s == GroupClaiming || s == GroupPlanned || s == GroupComplete
-}
-
 // Group is a group's head record: its current version and that version's
 // plan. Earlier versions live on in their partition items.
 type Group struct {
-	Tenant     string            `dynamodbav:"tenant"`
-	Key        planning.GroupKey `dynamodbav:"-"`
-	KeyString  string            `dynamodbav:"group"`
-	Version    int64             `dynamodbav:"version"`
-	State      GroupState        `dynamodbav:"state"`
-	CreatedAt  int64             `dynamodbav:"createdAt"` // ms, of this version
-	UpdatedAt  int64             `dynamodbav:"updatedAt"` // ms, last transition
-	Partitions int               `dynamodbav:"partitions"`
-	Sources    []string          `dynamodbav:"sources"`
+	Tenant     string              `dynamodbav:"tenant"`
+	Key        planning.GroupKey   `dynamodbav:"-"`
+	KeyString  string              `dynamodbav:"group"`
+	Version    int64               `dynamodbav:"version"`
+	State      protocol.GroupState `dynamodbav:"state"`
+	CreatedAt  int64               `dynamodbav:"createdAt"` // ms, of this version
+	UpdatedAt  int64               `dynamodbav:"updatedAt"` // ms, last transition
+	Partitions int                 `dynamodbav:"partitions"`
+	Sources    []string            `dynamodbav:"sources"`
 	// EverCompleted is set once any version completed: a late block then
 	// goes to this level (planning.Target).
 	EverCompleted bool `dynamodbav:"everCompleted,omitempty"`
@@ -203,13 +151,13 @@ const MaxHistory = 8
 
 // VersionSummary is how an earlier version of a group ended.
 type VersionSummary struct {
-	Version        int64       `dynamodbav:"v"`
-	State          GroupState  `dynamodbav:"state"`
-	Sources        int         `dynamodbav:"sources"`
-	Failures       int         `dynamodbav:"failures,omitempty"`
-	LastErrorKind  FailureKind `dynamodbav:"kind,omitempty"`
-	LastErrorBlock string      `dynamodbav:"block,omitempty"`
-	Reason         string      `dynamodbav:"reason,omitempty"`
+	Version        int64               `dynamodbav:"v"`
+	State          protocol.GroupState `dynamodbav:"state"`
+	Sources        int                 `dynamodbav:"sources"`
+	Failures       int                 `dynamodbav:"failures,omitempty"`
+	LastErrorKind  FailureKind         `dynamodbav:"kind,omitempty"`
+	LastErrorBlock string              `dynamodbav:"block,omitempty"`
+	Reason         string              `dynamodbav:"reason,omitempty"`
 }
 
 // Summary is g as a history entry.
@@ -253,35 +201,27 @@ type Failure struct {
 	Message string
 }
 
-// Ref names version v of the group: "<tenant>/<level>#<start>@v<v>", the
-// value of a source's claimedBy and in every log line about it.
-func (g Group) Ref() string { return VersionRef(g.Tenant, g.Key, g.Version) }
-
-// VersionRef formats a version reference.
-func VersionRef(tenant string, g planning.GroupKey, v int64) string {
-	return fmt.Sprintf("%s/%s@v%d", tenant, g, v)
+// Ref names the group's version as a protocol.VersionRef does: the value
+// of a source's claimedBy and in every log line about it.
+func (g Group) Ref() string {
+	return protocol.VersionRef{Tenant: g.Tenant, Group: g.Key, Version: g.Version}.String()
 }
 
-// PartitionState is a partition's place in its version.
-type PartitionState string
-
-// Partition states.
-const (
-	PartitionPending PartitionState = "PENDING"
-	PartitionRunning PartitionState = "RUNNING"
-	PartitionDone    PartitionState = "DONE"
-)
+// partitionRef names partition p of version v.
+func partitionRef(tenant string, g planning.GroupKey, v int64, p int) string {
+	return protocol.PartitionRef{VersionRef: protocol.VersionRef{Tenant: tenant, Group: g, Version: v}, Partition: p}.String()
+}
 
 // Partition is partition p of version v of a group.
 type Partition struct {
-	Tenant     string         `dynamodbav:"tenant"`
-	Group      string         `dynamodbav:"group"`
-	Version    int64          `dynamodbav:"version"`
-	Index      int            `dynamodbav:"partition"`
-	State      PartitionState `dynamodbav:"state"`
-	LeaseOwner string         `dynamodbav:"leaseOwner,omitempty"`
-	LeaseUntil int64          `dynamodbav:"leaseUntil,omitempty"` // ms
-	Attempt    int            `dynamodbav:"attempt"`
+	Tenant     string                  `dynamodbav:"tenant"`
+	Group      string                  `dynamodbav:"group"`
+	Version    int64                   `dynamodbav:"version"`
+	Index      int                     `dynamodbav:"partition"`
+	State      protocol.PartitionState `dynamodbav:"state"`
+	LeaseOwner string                  `dynamodbav:"leaseOwner,omitempty"`
+	LeaseUntil int64                   `dynamodbav:"leaseUntil,omitempty"` // ms
+	Attempt    int                     `dynamodbav:"attempt"`
 	// CreatedAt is the version's creation time (ms); with (tenant, group,
 	// version, partition) it derives the output ULID, so an old version's
 	// output keys are known after the head moved on.

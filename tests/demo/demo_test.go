@@ -20,7 +20,7 @@ import (
 	"github.com/sluice-dev/sluice/localstack/envtest"
 	"github.com/sluice-dev/sluice/shared/awsenv"
 	"github.com/sluice-dev/sluice/shared/cli"
-	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/protocol"
 )
 
 func TestDemoScenarioSmall(t *testing.T) {
@@ -64,7 +64,7 @@ func TestDemoScenarioSmall(t *testing.T) {
 		if ts.Uploaded != want[ts.Tenant] {
 			t.Errorf("%s: %d uploads, want %d", ts.Tenant, ts.Uploaded, want[ts.Tenant])
 		}
-		if n := ts.After[0][records.BlockDeleted]; n != ts.Uploaded {
+		if n := ts.After[0][protocol.BlockDeleted]; n != ts.Uploaded {
 			t.Errorf("%s: %d of %d uploads deleted", ts.Tenant, n, ts.Uploaded)
 		}
 		var series uint64
@@ -81,7 +81,7 @@ func TestDemoScenarioSmall(t *testing.T) {
 			t.Errorf("%s: %d groups, %d partition jobs; want 2 at 12h and 1 at 24h, some partitioned", ts.Tenant, len(ts.Groups), ts.Partitions)
 		}
 		for _, g := range ts.Groups {
-			if g.State != string(records.GroupRetired) {
+			if g.State != string(protocol.GroupRetired) {
 				t.Errorf("%s: group %s ended %s", ts.Tenant, g.Group, g.State)
 			}
 		}

@@ -16,7 +16,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/blockgen"
 	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/blockmeta"
-	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/spec"
 	"github.com/sluice-dev/sluice/tests/testworld"
 )
@@ -109,7 +109,7 @@ func TestBadInputIsIsolated(t *testing.T) {
 		{escaping.Meta.ULID.String(), "leaves the block"},
 	} {
 		b, ok := rejected[c.id]
-		if !ok || b.State != records.BlockRejected || !strings.Contains(b.Reason, c.reason) || !strings.Contains(b.Reason, c.id) && !strings.Contains(b.Reason, "bad/") {
+		if !ok || b.State != protocol.BlockRejected || !strings.Contains(b.Reason, c.reason) || !strings.Contains(b.Reason, c.id) && !strings.Contains(b.Reason, "bad/") {
 			t.Errorf("block %s = %+v; want REJECTED naming the block and %q", c.id, b, c.reason)
 		}
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/awsenv"
 	"github.com/sluice-dev/sluice/shared/blockgen"
 	"github.com/sluice-dev/sluice/shared/config"
-	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/tests/testworld"
 )
 
@@ -84,10 +84,10 @@ func TestConvergence(t *testing.T) {
 			uploaded[d[strings.LastIndex(d, "/")+1:]] = true
 		}
 		for _, b := range blocks {
-			if uploaded[b.ID] && b.State != records.BlockDeleted {
+			if uploaded[b.ID] && b.State != protocol.BlockDeleted {
 				t.Errorf("%s: uploaded block %s is %s, want DELETED", tenant, b.ID, b.State)
 			}
-			if b.State == records.BlockDeleted && b.MarkVersionID == "" {
+			if b.State == protocol.BlockDeleted && b.MarkVersionID == "" {
 				t.Errorf("%s: block %s was deleted without a deletion mark first", tenant, b.ID)
 			}
 		}

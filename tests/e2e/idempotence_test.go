@@ -16,7 +16,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/config"
 	"github.com/sluice-dev/sluice/shared/eventsource"
 	"github.com/sluice-dev/sluice/shared/planning"
-	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/stream"
 	"github.com/sluice-dev/sluice/tests/testworld"
 )
@@ -46,7 +46,7 @@ func TestEveryMessageTwice(t *testing.T) {
 	halfDay(ctx, w, "acme", 1)
 	settle(t, w, "acme")
 	g, _, err := w.Store.GetGroup(ctx, "acme", planning.GroupKey{Stream: stream.Stream{}.ID(), Level: 1, RangeStart: day().UnixMilli()})
-	if err != nil || g.Version != 1 || g.State != records.GroupRetired {
+	if err != nil || g.Version != 1 || g.State != protocol.GroupRetired {
 		t.Fatalf("group after doubled delivery: version %d %s (%v); want version 1 RETIRED", g.Version, g.State, err)
 	}
 	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
@@ -70,7 +70,7 @@ func TestRepeatedEventsChangeNothing(t *testing.T) {
 	})
 	ctx := context.Background()
 	blocks := halfDay(ctx, w, "acme", 2)
-	repeat := func(phase string, want records.BlockState, settled func()) {
+	repeat := func(phase string, want protocol.BlockState, settled func()) {
 		t.Helper()
 		settled()
 		recs := byID(w.Blocks(ctx, "acme"))
@@ -98,9 +98,9 @@ func TestRepeatedEventsChangeNothing(t *testing.T) {
 			}
 		}
 	}
-	repeat("retired", records.BlockRetiring, func() { settleRetired(t, w, "acme") })
+	repeat("retired", protocol.BlockRetiring, func() { settleRetired(t, w, "acme") })
 	skew.Store(int64(time.Hour + time.Minute))
-	repeat("deleted", records.BlockDeleted, func() { settle(t, w, "acme") })
+	repeat("deleted", protocol.BlockDeleted, func() { settle(t, w, "acme") })
 }
 
 // settleRetired runs the pipeline until every queue is empty, every group
@@ -119,15 +119,15 @@ func settleRetired(t *testing.T, w *testworld.World, tenant string) {
 			return false, err
 		}
 		for _, g := range groups {
-			if g.State != records.GroupRetired {
+			if g.State != protocol.GroupRetired {
 				return false, nil
 			}
 		}
 		for _, b := range w.Blocks(ctx, tenant) {
 			switch {
-			case b.State == records.BlockRetiring && b.MarkVersionID == "",
-				b.State == records.BlockLive && !b.Published,
-				b.State == records.BlockClaimed, b.State == records.BlockPending:
+			case b.State == protocol.BlockRetiring && b.MarkVersionID == "",
+				b.State == protocol.BlockLive && !b.Published,
+				b.State == protocol.BlockClaimed, b.State == protocol.BlockPending:
 				return false, nil
 			}
 		}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/sluice-dev/sluice/shared/blockgen"
 	"github.com/sluice-dev/sluice/shared/planning"
-	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/stream"
 	"github.com/sluice-dev/sluice/tests/testworld"
 )
@@ -24,7 +24,7 @@ func TestLateBlockMakesANewVersion(t *testing.T) {
 	settle(t, w, "acme")
 	dayGroup := planning.GroupKey{Stream: stream.Stream{}.ID(), Level: 2, RangeStart: day().UnixMilli()}
 	before, ok, err := w.Store.GetGroup(ctx, "acme", dayGroup)
-	if err != nil || !ok || before.State != records.GroupRetired {
+	if err != nil || !ok || before.State != protocol.GroupRetired {
 		t.Fatalf("day group before the late block: %+v, %v, %v", before, ok, err)
 	}
 	oldLive := testworld.Live(w.Blocks(ctx, "acme"))
@@ -34,7 +34,7 @@ func TestLateBlockMakesANewVersion(t *testing.T) {
 	settle(t, w, "acme")
 
 	after, _, err := w.Store.GetGroup(ctx, "acme", dayGroup)
-	if err != nil || after.Version != before.Version+1 || after.State != records.GroupRetired {
+	if err != nil || after.Version != before.Version+1 || after.State != protocol.GroupRetired {
 		t.Fatalf("day group after the late block: version %d state %s (%v); want version %d RETIRED", after.Version, after.State, err, before.Version+1)
 	}
 	srcs := map[string]bool{}

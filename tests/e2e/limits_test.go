@@ -15,7 +15,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/blockmeta"
 	"github.com/sluice-dev/sluice/shared/config"
-	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/tests/testworld"
 )
 
@@ -81,11 +81,11 @@ func TestLargeMetaJSON(t *testing.T) {
 	}
 	settleUntil(t, w, func(ctx context.Context) (bool, error) {
 		b, _, err := w.Store.GetBlock(ctx, "acme", big.Meta.ULID.String())
-		return b.State == records.BlockDeleted, err
+		return b.State == protocol.BlockDeleted, err
 	}, "acme")
 
 	all := byID(w.Blocks(ctx, "acme"))
-	if r := all[noisy.Meta.ULID.String()]; r.State != records.BlockRejected || !strings.Contains(r.Reason, "too large") {
+	if r := all[noisy.Meta.ULID.String()]; r.State != protocol.BlockRejected || !strings.Contains(r.Reason, "too large") {
 		t.Errorf("the 4 MiB meta.json: %s (%q), want REJECTED as too large", r.State, r.Reason)
 	}
 	live := testworld.Live(w.Blocks(ctx, "acme"))

@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/pipeline"
 	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/tests/testworld"
 )
@@ -42,7 +43,7 @@ func TestDeletionWaitsForTheRecordedMark(t *testing.T) {
 			b, _, _ := w.Store.GetBlock(ctx, "acme", id)
 			now := time.Now()
 			g := records.Group{Tenant: "acme", Key: planning.GroupKey{Stream: b.Stream, Level: 1, RangeStart: b.MinT}, Version: 1,
-				State: records.GroupClaiming, CreatedAt: now.UnixMilli(), UpdatedAt: now.UnixMilli(), Partitions: 1, Sources: []string{b.ID}}
+				State: protocol.GroupClaiming, CreatedAt: now.UnixMilli(), UpdatedAt: now.UnixMilli(), Partitions: 1, Sources: []string{b.ID}}
 			if err := w.Store.CreateVersion(ctx, records.Group{}, g, now, now); err != nil {
 				t.Fatal(err)
 			}

@@ -11,7 +11,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/blockgen"
 	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/config"
-	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/tests/testworld"
 )
 
@@ -40,7 +40,7 @@ func TestNoCompactMarkIsHonoured(t *testing.T) {
 	sibling := blocks[0].Meta.ULID.String()
 	err = w.Pipeline.Settle(ctx, 2*time.Second, settleTimeout, func(ctx context.Context) (bool, error) {
 		b, _, err := w.Store.GetBlock(ctx, "acme", sibling)
-		if err != nil || b.State != records.BlockDeleted {
+		if err != nil || b.State != protocol.BlockDeleted {
 			return false, err
 		}
 		return w.Quiescent(ctx, "acme")
@@ -50,14 +50,14 @@ func TestNoCompactMarkIsHonoured(t *testing.T) {
 	}
 	all := byID(w.Blocks(ctx, "acme"))
 	m := all[marked.Meta.ULID.String()]
-	if m.State != records.BlockLive || !m.NoCompact || m.ClaimedBy != "" || m.Gen != 1 {
+	if m.State != protocol.BlockLive || !m.NoCompact || m.ClaimedBy != "" || m.Gen != 1 {
 		t.Fatalf("no-compact block = %s gen %d noCompact %v claimedBy %q; want untouched LIVE", m.State, m.Gen, m.NoCompact, m.ClaimedBy)
 	}
 	for _, b := range blocks {
 		if b.Dir == marked.Dir {
 			continue
 		}
-		if s := all[b.Meta.ULID.String()].State; s != records.BlockDeleted {
+		if s := all[b.Meta.ULID.String()].State; s != protocol.BlockDeleted {
 			t.Errorf("source %s is %s, want DELETED after compaction around the marked block", b.Meta.ULID, s)
 		}
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/pipeline"
 	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/tests/testworld"
 )
@@ -63,16 +64,16 @@ func TestCorruptSourceIsQuarantined(t *testing.T) {
 	// The range closes without the quarantined block: wait for that too.
 	settleUntil(t, w, func(ctx context.Context) (bool, error) {
 		b, _, err := w.Store.GetBlock(ctx, "acme", blocks[0].Meta.ULID.String())
-		return b.State == records.BlockDeleted, err
+		return b.State == protocol.BlockDeleted, err
 	}, "acme")
 
 	all := byID(w.Blocks(ctx, "acme"))
 	q := all[badID]
-	if q.State != records.BlockQuarantined || !strings.Contains(q.Reason, badID) || !strings.Contains(q.Reason, "3 failed attempts") {
+	if q.State != protocol.BlockQuarantined || !strings.Contains(q.Reason, badID) || !strings.Contains(q.Reason, "3 failed attempts") {
 		t.Fatalf("damaged block is %s (%q); want QUARANTINED naming it after 3 failed attempts", q.State, q.Reason)
 	}
 	for _, b := range blocks {
-		if b.Dir != bad.Dir && all[b.Meta.ULID.String()].State != records.BlockDeleted {
+		if b.Dir != bad.Dir && all[b.Meta.ULID.String()].State != protocol.BlockDeleted {
 			t.Errorf("healthy neighbour %s is %s, want compacted and DELETED", b.Meta.ULID, all[b.Meta.ULID.String()].State)
 		}
 	}
@@ -83,7 +84,7 @@ func TestCorruptSourceIsQuarantined(t *testing.T) {
 	}
 	g := planning.GroupKey{Stream: q.Stream, Level: 1, RangeStart: day().UnixMilli()}
 	versions := groupVersions(t, w, "acme", g)
-	if v1 := versions[1]; v1.Failures != 3 || v1.LastErrorBlock != badID || v1.State != records.GroupSuperseded {
+	if v1 := versions[1]; v1.Failures != 3 || v1.LastErrorBlock != badID || v1.State != protocol.GroupSuperseded {
 		t.Errorf("v1 = %s, %d failures blaming %q; want SUPERSEDED after 3 failures blaming %s", v1.State, v1.Failures, v1.LastErrorBlock, badID)
 	}
 	rep, err := cli.GatherStatus(ctx, w.Store, w.Env.Clients.SQS, w.Config, cli.StatusOptions{Tenant: "acme"})
@@ -105,7 +106,7 @@ func TestCorruptSourceIsQuarantined(t *testing.T) {
 		t.Fatal(err)
 	}
 	settle(t, w, "acme")
-	if b := byID(w.Blocks(ctx, "acme"))[badID]; b.State != records.BlockDeleted {
+	if b := byID(w.Blocks(ctx, "acme"))[badID]; b.State != protocol.BlockDeleted {
 		t.Errorf("retried block is %s (%s), want compacted and DELETED", b.State, b.Reason)
 	}
 	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
@@ -159,14 +160,14 @@ func TestJobPastItsDeadlineIsQuarantinedGroup(t *testing.T) {
 			q = g
 		}
 	}
-	if q.State != records.GroupQuarantined || q.Failures != 3 || q.LastErrorKind != records.FailureDeadline || !strings.Contains(q.Reason, "ran out of time") {
+	if q.State != protocol.GroupQuarantined || q.Failures != 3 || q.LastErrorKind != records.FailureDeadline || !strings.Contains(q.Reason, "ran out of time") {
 		t.Fatalf("group %s is %s with %d failures (%s): %q; want QUARANTINED after 3 deadline failures", q.Ref(), q.State, q.Failures, q.LastErrorKind, q.Reason)
 	}
 	if n := jobs.Load(); n != 3 {
 		t.Errorf("%d job deliveries, want exactly 3 (one per attempt, none after the quarantine)", n)
 	}
 	for _, b := range w.Blocks(ctx, "acme") {
-		if b.State != records.BlockClaimed || b.ClaimedBy != q.Ref() {
+		if b.State != protocol.BlockClaimed || b.ClaimedBy != q.Ref() {
 			t.Errorf("block %s is %s claimed by %q; want every source kept CLAIMED by %s", b.ID, b.State, b.ClaimedBy, q.Ref())
 		}
 	}
@@ -181,7 +182,7 @@ func TestJobPastItsDeadlineIsQuarantinedGroup(t *testing.T) {
 	}
 	settle(t, w, "acme")
 	head, _, err := w.Store.GetGroup(ctx, "acme", q.Key)
-	if err != nil || head.State != records.GroupRetired || head.Version != q.Version+1 || head.Failures != 0 {
+	if err != nil || head.State != protocol.GroupRetired || head.Version != q.Version+1 || head.Failures != 0 {
 		t.Fatalf("after retry: %s v%d with %d failures (%v); want v%d RETIRED afresh", head.State, head.Version, head.Failures, err, q.Version+1)
 	}
 	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
@@ -227,7 +228,7 @@ func TestNotDeterministicSupersedes(t *testing.T) {
 	}
 	g := planning.GroupKey{Stream: byID(w.Blocks(ctx, "acme"))[testworld.Live(w.Blocks(ctx, "acme"))[0].ID].Stream, Level: 1, RangeStart: day().UnixMilli()}
 	versions := groupVersions(t, w, "acme", g)
-	if v1 := versions[1]; v1.State != records.GroupSuperseded || v1.LastErrorKind != records.FailureNotDeterministic {
+	if v1 := versions[1]; v1.State != protocol.GroupSuperseded || v1.LastErrorKind != records.FailureNotDeterministic {
 		t.Errorf("v1 is %s after a %q failure; want SUPERSEDED for not-deterministic", v1.State, v1.LastErrorKind)
 	}
 	if err := w.CheckQuiescent(ctx, "acme"); err != nil {

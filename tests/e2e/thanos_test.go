@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/blockgen"
 	"github.com/sluice-dev/sluice/shared/blockmeta"
 	"github.com/sluice-dev/sluice/shared/config"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/tests/testworld"
 )
@@ -93,7 +94,7 @@ func TestThanosBucket(t *testing.T) {
 			}
 			for _, p := range out.CommonPrefixes {
 				id := strings.TrimSuffix(aws.ToString(p.Prefix), "/")
-				if b, ok := findBlock(live, id); !ok || b.State != records.BlockLive {
+				if b, ok := findBlock(live, id); !ok || b.State != protocol.BlockLive {
 					t.Errorf("bucket root holds %s, which is no live block", id)
 				}
 			}

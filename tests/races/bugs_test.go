@@ -17,7 +17,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/config"
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/pipeline"
-	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/tests/testworld"
 )
 
@@ -85,7 +85,7 @@ func TestBugDeleteLostWhenSweepDiesAfterStartDelete(t *testing.T) {
 	w := newWorld004(t)
 	w.upload(corpus.v1...)
 	w.pump(w.main, nil)
-	w.wantState(w.g, 1, records.GroupRetired)
+	w.wantState(w.g, 1, protocol.GroupRetired)
 	w.clock.Advance(deletionDelay + time.Second)
 	sweeper := w.actor("sweeper", nil)
 	w.dyingOn(sweeper, `"op":"DELETE"`)
@@ -113,7 +113,7 @@ func TestBugDeleteLostWhenCleanupDiesAfterDiscard(t *testing.T) {
 	if err := (pipeline.Cleaner{Deps: sweeper.deps}).Sweep(w.ctx); !errors.Is(err, errDied) {
 		t.Fatalf("the cleanup did not die sending a DELETE: %v", err)
 	}
-	w.wantState(w.g, 1, records.GroupSuperseded)
+	w.wantState(w.g, 1, protocol.GroupSuperseded)
 	w.mb.Take(isJob(1, 3))
 	w.finish()
 }
@@ -141,7 +141,7 @@ func TestBugReplanLostWhenCleanupDiesAfterFinish(t *testing.T) {
 	w.plan()
 	w.run(1, 0, 1, 2, 3)
 	w.pump(w.main, nil)
-	w.wantState(w.g, 1, records.GroupRetired)
+	w.wantState(w.g, 1, protocol.GroupRetired)
 	w.upload(corpus.late)
 	evs := w.takeEvents()
 	planner := w.actor("planner", nil)
@@ -152,14 +152,14 @@ func TestBugReplanLostWhenCleanupDiesAfterFinish(t *testing.T) {
 	if err := wait(t, done); err == nil {
 		t.Fatal("the planner did not die")
 	}
-	w.wantState(w.g, 2, records.GroupClaiming)
+	w.wantState(w.g, 2, protocol.GroupClaiming)
 	w.clock.Advance(stuckAfter + time.Minute)
 	sweeper := w.actor("sweeper", nil)
 	w.dyingOn(sweeper, `"sluice":"plan"`)
 	if err := (pipeline.Cleaner{Deps: sweeper.deps}).Sweep(w.ctx); !errors.Is(err, errDied) {
 		t.Fatalf("the cleanup did not die sending the re-plan: %v", err)
 	}
-	w.wantState(w.g, 2, records.GroupSuperseded)
+	w.wantState(w.g, 2, protocol.GroupSuperseded)
 	w.finish()
 }
 
@@ -195,7 +195,7 @@ func TestBugReplanLostWhenRetireDiesAfterFinish(t *testing.T) {
 	if !died {
 		t.Fatal("the cleaner never sent a re-plan")
 	}
-	w.wantState(w.g, 1, records.GroupRetired)
+	w.wantState(w.g, 1, protocol.GroupRetired)
 	w.finish()
 }
 
@@ -238,7 +238,7 @@ func TestBugMarkLostWhenRivalCleanerRetires(t *testing.T) {
 	}
 	w.finish()
 	for _, s := range corpus.v1 {
-		if b := w.block(blockID(s)); b.State == records.BlockDeleted && b.MarkVersionID == "" {
+		if b := w.block(blockID(s)); b.State == protocol.BlockDeleted && b.MarkVersionID == "" {
 			t.Errorf("source %s was deleted without a deletion mark first", b.Key())
 		}
 	}
@@ -259,7 +259,7 @@ func TestBugRecogniseIgnoresFailedLookup(t *testing.T) {
 	w := newWorld004(t)
 	w.upload(corpus.v1...)
 	w.pump(w.main, nil)
-	w.wantState(w.g, 1, records.GroupRetired)
+	w.wantState(w.g, 1, protocol.GroupRetired)
 	planner := w.actor("planner", nil)
 	throttled := &throttledList{S3: planner.deps.S3}
 	planner.deps.S3 = throttled
@@ -298,7 +298,7 @@ func TestBugReuploadOrphanedWhenDeleteRunsFirst(t *testing.T) {
 	w := newWorld004(t)
 	w.upload(corpus.v1...)
 	w.pump(w.main, nil)
-	w.wantState(w.g, 1, records.GroupRetired)
+	w.wantState(w.g, 1, protocol.GroupRetired)
 	x := blockID(corpus.v1[3])
 	w.clock.Advance(deletionDelay + time.Second)
 	w.sweep(w.main)
@@ -331,7 +331,7 @@ func TestBugLateEventForDeletedVersion(t *testing.T) {
 	w.upload(corpus.v1...)
 	w.finish() // compacted, retired, deleted
 	src := w.block(blockID(corpus.v1[0]))
-	if src.State != records.BlockDeleted {
+	if src.State != protocol.BlockDeleted {
 		t.Fatalf("source is %s", src.State)
 	}
 	key := w.tenant + "/" + src.ID + "/meta.json"
@@ -386,7 +386,7 @@ func TestBugSecondOrphanSweepLostWhenCleanupDiesAfterReplan(t *testing.T) {
 	if err := (pipeline.Cleaner{Deps: sweeper.deps}).Sweep(w.ctx); !errors.Is(err, errDied) {
 		t.Fatalf("the cleanup did not die after sending the re-plan: %v", err)
 	}
-	w.wantState(w.g, 1, records.GroupSuperseded)
+	w.wantState(w.g, 1, protocol.GroupSuperseded)
 	w.pump(w.main, nil) // the re-plan: version 2 over the released blocks
 	read.Release()
 	if err := wait(t, done); err != nil {

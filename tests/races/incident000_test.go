@@ -1,7 +1,6 @@
 package races
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/config"
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/stream"
 	"github.com/sluice-dev/sluice/tests/testworld"
@@ -44,7 +44,7 @@ func (w *world000) planV1() records.Group {
 	w.t.Helper()
 	w.upload(w.blocks...)
 	w.pump(w.main, func(m testworld.Mail) bool { _, job := m.Msg.(messages.Job); return job })
-	h := w.wantState(w.g, 1, records.GroupPlanned)
+	h := w.wantState(w.g, 1, protocol.GroupPlanned)
 	if h.Partitions != 8 || len(h.Sources) != 6 {
 		w.t.Fatalf("version 1 has %d partitions over %d sources, want 8 over 6", h.Partitions, len(h.Sources))
 	}
@@ -58,7 +58,7 @@ func (w *world000) planV2(v1 records.Group) records.Group {
 	w.t.Helper()
 	w.upload(w.late)
 	w.pump(w.main, func(m testworld.Mail) bool { _, job := m.Msg.(messages.Job); return job })
-	h := w.wantState(w.g, 2, records.GroupPlanned)
+	h := w.wantState(w.g, 2, protocol.GroupPlanned)
 	outs := map[string]bool{}
 	for _, p := range w.partitions(w.g, 1) {
 		if p.Output != "" {
@@ -101,11 +101,11 @@ func (w *world000) checkV2Partition0(staleOutput string) {
 	p0 := parts[0]
 	h2 := records.Group{Tenant: w.tenant, Key: w.g, Version: 2, CreatedAt: p0.CreatedAt}
 	want := compaction.OutputULID(time.UnixMilli(h2.CreatedAt), w.tenant, w.g.String(), 2, 0).String()
-	if p0.State != records.PartitionDone || p0.Output != want || p0.Output == staleOutput {
+	if p0.State != protocol.PartitionDone || p0.Output != want || p0.Output == staleOutput {
 		w.t.Fatalf("v2/p0 is %s with output %q; want DONE with v2's own output %s (stale v1/p0 output: %s)", p0.State, p0.Output, want, staleOutput)
 	}
 	b := w.block(p0.Output)
-	if b.ProducedBy != fmt.Sprintf("%s/p0", records.VersionRef(w.tenant, w.g, 2)) {
+	if b.ProducedBy != (protocol.PartitionRef{VersionRef: protocol.VersionRef{Tenant: w.tenant, Group: w.g, Version: 2}}).String() {
 		w.t.Fatalf("v2/p0's output was produced by %q", b.ProducedBy)
 	}
 	dirs, err := w.w.DownloadBlocks(w.ctx, []records.Block{b})
@@ -183,7 +183,7 @@ func TestIncident000StaleJobOfCleanedVersion(t *testing.T) {
 	read.Wait(t, stepTimeout)
 	// 2. compactors n..m finish partitions 1..7.
 	w.runJobs(1, 0)
-	w.wantState(w.g, 1, records.GroupPlanned)
+	w.wantState(w.g, 1, protocol.GroupPlanned)
 	w.readable("while v1 runs")
 	// Compactor 1 outlives its lease; the job's redelivery takes v1/p0 over.
 	w.clock.Advance(leaseDuration + time.Second)
@@ -191,19 +191,19 @@ func TestIncident000StaleJobOfCleanedVersion(t *testing.T) {
 	if err := w.deliver(takeover, job0); err != nil {
 		t.Fatal(err)
 	}
-	if p := w.partitions(w.g, 1)[0]; p.State != records.PartitionDone || p.Attempt != 2 || p.LeaseOwner == "" {
+	if p := w.partitions(w.g, 1)[0]; p.State != protocol.PartitionDone || p.Attempt != 2 || p.LeaseOwner == "" {
 		t.Fatalf("v1/p0 after the takeover: %+v", p)
 	}
 	staleOutput := w.partitions(w.g, 1)[0].Output
 	// 4. cleaner: version 1 complete; outputs published, sources retiring.
 	w.pump(w.main, nil)
-	w.wantState(w.g, 1, records.GroupRetired)
+	w.wantState(w.g, 1, protocol.GroupRetired)
 	w.readable("after v1 was cleaned")
 	// 6. a new lower-level block: version 2 with 4 partitions.
 	w.planV2(v1)
 	// 7./9. compactors finish v2's partitions 1..3.
 	w.runJobs(2, 0)
-	w.wantState(w.g, 2, records.GroupPlanned)
+	w.wantState(w.g, 2, protocol.GroupPlanned)
 	// 8. compactor 1 finishes v1/p0 last: its commit is rejected.
 	read.Release()
 	if err := wait(t, staleDone); err != nil {
@@ -216,7 +216,7 @@ func TestIncident000StaleJobOfCleanedVersion(t *testing.T) {
 	w.readable("after the stale job finished")
 	// v2/p0 runs; 10. cleaner completes version 2.
 	w.pump(w.main, nil)
-	w.wantState(w.g, 2, records.GroupRetired)
+	w.wantState(w.g, 2, protocol.GroupRetired)
 	w.checkV2Partition0(staleOutput)
 	w.finish()
 }
@@ -236,7 +236,7 @@ func TestIncident000StaleJobBeforeLease(t *testing.T) {
 	staleDone := w.goDeliver(stale, dup)
 	lease.Wait(t, stepTimeout)
 	w.runJobs(1)
-	w.wantState(w.g, 1, records.GroupRetired)
+	w.wantState(w.g, 1, protocol.GroupRetired)
 	w.planV2(v1)
 	w.runJobs(2, 0)
 	lease.Release()
@@ -247,7 +247,7 @@ func TestIncident000StaleJobBeforeLease(t *testing.T) {
 		t.Fatalf("v1/p0 was leased %d times; the stale job must not lease it", p.Attempt)
 	}
 	w.pump(w.main, nil)
-	w.wantState(w.g, 2, records.GroupRetired)
+	w.wantState(w.g, 2, protocol.GroupRetired)
 	w.checkV2Partition0("")
 	w.finish()
 }
@@ -278,12 +278,12 @@ func TestIncident000StaleJobOfSupersededVersion(t *testing.T) {
 	w.sweep(w.main)
 	w.pump(w.main, func(m testworld.Mail) bool { _, job := m.Msg.(messages.Job); return job })
 	h := w.head(w.g)
-	if h.Version != 2 || h.State != records.GroupPlanned {
+	if h.Version != 2 || h.State != protocol.GroupPlanned {
 		t.Fatalf("after superseding v1 the group is at v%d %s, want v2 PLANNED", h.Version, h.State)
 	}
 	for _, p := range w.partitions(w.g, 1) {
 		if p.Output != "" {
-			if b := w.block(p.Output); b.State != records.BlockDiscarded && b.State != records.BlockDeleted {
+			if b := w.block(p.Output); b.State != protocol.BlockDiscarded && b.State != protocol.BlockDeleted {
 				t.Fatalf("output %s of superseded v1 is %s", b.ID, b.State)
 			}
 		}
@@ -293,7 +293,7 @@ func TestIncident000StaleJobOfSupersededVersion(t *testing.T) {
 	if err := w.deliver(w.actor("late-job-p1", nil), job1); err != nil {
 		t.Fatal(err)
 	}
-	if p := w.partitions(w.g, 1)[1]; p.Attempt != 0 || p.State != records.PartitionPending {
+	if p := w.partitions(w.g, 1)[1]; p.Attempt != 0 || p.State != protocol.PartitionPending {
 		t.Fatalf("a job of superseded v1 leased p1: %s attempt %d", p.State, p.Attempt)
 	}
 	commit := stale.steps.At("compact.before-commit", "@v1/p0")
@@ -313,7 +313,7 @@ func TestIncident000StaleJobOfSupersededVersion(t *testing.T) {
 	}
 	w.runJobs(2)
 	w.pump(w.main, nil)
-	w.wantState(w.g, 2, records.GroupRetired)
+	w.wantState(w.g, 2, protocol.GroupRetired)
 	w.finish()
 	if vs := w.objectVersions(staleOut); len(vs) != 0 {
 		t.Fatalf("the stale job's objects survived the orphan sweeps: %v", vs)
@@ -330,7 +330,7 @@ func TestIncident000ConcurrentPlannersOfVersion2(t *testing.T) {
 	w := newWorld000(t, "tenant", nil)
 	w.planV1()
 	w.runJobs(1)
-	w.wantState(w.g, 1, records.GroupRetired)
+	w.wantState(w.g, 1, protocol.GroupRetired)
 	w.upload(w.late)
 	evs := w.takeEvents()
 	if len(evs) != 1 {
@@ -350,12 +350,12 @@ func TestIncident000ConcurrentPlannersOfVersion2(t *testing.T) {
 	if err := wait(t, d1); err != nil {
 		t.Fatal(err)
 	}
-	h := w.wantState(w.g, 2, records.GroupPlanned)
+	h := w.wantState(w.g, 2, protocol.GroupPlanned)
 	if n := len(w.mb.Peek(func(m testworld.Mail) bool { _, ok := m.Msg.(messages.Job); return ok })); n != h.Partitions {
 		t.Fatalf("%d jobs sent for v2's %d partitions: both planners planned", n, h.Partitions)
 	}
 	w.pump(w.main, nil)
-	w.wantState(w.g, 2, records.GroupRetired)
+	w.wantState(w.g, 2, protocol.GroupRetired)
 	w.checkV2Partition0("")
 	w.finish()
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/config"
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/stream"
 	"github.com/sluice-dev/sluice/tests/testworld"
@@ -44,7 +45,7 @@ func (w *world003) plan() records.Group {
 	w.t.Helper()
 	w.upload(corpus.v1...)
 	w.pump(w.main, func(m testworld.Mail) bool { _, job := m.Msg.(messages.Job); return job })
-	h := w.wantState(w.g, 1, records.GroupPlanned)
+	h := w.wantState(w.g, 1, protocol.GroupPlanned)
 	if h.Partitions != 4 {
 		w.t.Fatalf("version 1 has %d partitions, want 4", h.Partitions)
 	}
@@ -96,11 +97,11 @@ func TestIncident003CommitBetweenReadAndCompletion(t *testing.T) {
 	if len(acc) != 1 || len(rej) != 1 {
 		t.Fatalf("commits of v1/p3: accepted %v, rejected %v; want exactly one of each", acc, rej)
 	}
-	if h := w.head(w.g); h.State != records.GroupComplete && h.State != records.GroupRetired {
+	if h := w.head(w.g); h.State != protocol.GroupComplete && h.State != protocol.GroupRetired {
 		t.Fatalf("completion lost to a rejected commit: v1 is %s", h.State)
 	}
 	w.pump(w.main, nil)
-	w.wantState(w.g, 1, records.GroupRetired)
+	w.wantState(w.g, 1, protocol.GroupRetired)
 	w.readable("after v1 retired")
 	w.finish()
 }
@@ -126,7 +127,7 @@ func TestIncident003CompletionBetweenReadAndCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.pump(w.main, nil) // complete, publish, retire
-	w.wantState(w.g, 1, records.GroupRetired)
+	w.wantState(w.g, 1, protocol.GroupRetired)
 	published := w.readable("after v1 retired")
 	read.Release()
 	if err := wait(t, zDone); err != nil {
@@ -217,7 +218,7 @@ func TestIncident003TakeoverRacingCompletion(t *testing.T) {
 	if err := w.deliver(skewed, job1); err != nil {
 		t.Fatal(err)
 	}
-	if ps := w.partitions(w.g, 1); ps[1].Attempt != 1 || ps[1].State != records.PartitionDone {
+	if ps := w.partitions(w.g, 1); ps[1].Attempt != 1 || ps[1].State != protocol.PartitionDone {
 		t.Fatalf("p1 after a takeover of a DONE partition: %s attempt %d", ps[1].State, ps[1].Attempt)
 	}
 	complete.Release()
@@ -225,7 +226,7 @@ func TestIncident003TakeoverRacingCompletion(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.pump(w.main, nil)
-	w.wantState(w.g, 1, records.GroupRetired)
+	w.wantState(w.g, 1, protocol.GroupRetired)
 	w.finish()
 }
 
@@ -264,13 +265,13 @@ func TestIncident003SupersedeRacingCompletion(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.pump(w.main, nil)
-	w.wantState(w.g, 1, records.GroupRetired)
+	w.wantState(w.g, 1, protocol.GroupRetired)
 	w.readable("after round 1")
 
 	// Round 2: a late block makes v2; the supersede goes first.
 	w.upload(corpus.late)
 	w.pump(w.main, func(m testworld.Mail) bool { _, job := m.Msg.(messages.Job); return job })
-	h2 := w.wantState(w.g, 2, records.GroupPlanned)
+	h2 := w.wantState(w.g, 2, protocol.GroupPlanned)
 	last := h2.Partitions - 1
 	for p := 0; p < last; p++ {
 		w.run(2, p)
@@ -294,12 +295,12 @@ func TestIncident003SupersedeRacingCompletion(t *testing.T) {
 	if err := wait(t, cDone2); err != nil {
 		t.Fatal(err)
 	}
-	if h := w.head(w.g); h.Version == 2 && h.State != records.GroupSuperseded {
+	if h := w.head(w.g); h.Version == 2 && h.State != protocol.GroupSuperseded {
 		t.Fatalf("v2 is %s; the supersede went first, so the completion must have been refused", h.State)
 	}
 	w.readable("after v2 was superseded")
 	w.pump(w.main, nil)
-	if h := w.head(w.g); h.Version != 3 || h.State != records.GroupRetired {
+	if h := w.head(w.g); h.Version != 3 || h.State != protocol.GroupRetired {
 		t.Fatalf("after superseding v2 the group is at v%d %s, want v3 RETIRED", h.Version, h.State)
 	}
 	w.finish()
@@ -372,6 +373,6 @@ func TestIncident003DuplicateCleaners(t *testing.T) {
 		}
 	}
 	w.pump(w.main, nil)
-	w.wantState(w.g, 1, records.GroupRetired)
+	w.wantState(w.g, 1, protocol.GroupRetired)
 	w.finish()
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/config"
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/stream"
 	"github.com/sluice-dev/sluice/tests/testworld"
@@ -123,14 +124,14 @@ func TestIncident004DelayedDeleteVsShipperReupload(t *testing.T) {
 	w := newWorld004(t)
 	w.upload(corpus.v1...)
 	w.pump(w.main, nil)
-	w.wantState(w.g, 1, records.GroupRetired)
+	w.wantState(w.g, 1, protocol.GroupRetired)
 	x := blockID(corpus.v1[2])
 	w.clock.Advance(deletionDelay + time.Second)
 	w.sweep(w.main)
 	del := w.takeOne(isOp(messages.OpDelete, x)) // delayed
 	w.pump(w.main, nil)                          // the other sources go
 	before := w.block(x)
-	if before.State != records.BlockDeleted || del.Msg.(messages.BlockOp).Gen != before.Gen {
+	if before.State != protocol.BlockDeleted || del.Msg.(messages.BlockOp).Gen != before.Gen {
 		t.Fatalf("source %s is %s at gen %d, its DELETE carries gen %d", x, before.State, before.Gen, del.Msg.(messages.BlockOp).Gen)
 	}
 	w.reupload(corpus.v1[2])
@@ -178,7 +179,7 @@ func TestIncident004DelayedDeleteVsRetriedCompaction(t *testing.T) {
 	w := newWorld004(t)
 	w.upload(corpus.v1...)
 	w.pump(w.main, func(m testworld.Mail) bool { _, job := m.Msg.(messages.Job); return job })
-	w.wantState(w.g, 1, records.GroupPlanned)
+	w.wantState(w.g, 1, protocol.GroupPlanned)
 	job3 := w.takeOne(isJob(1, 3))
 	first := w.actor("attempt-1", nil)
 	c1 := first.steps.At("compact.before-commit", "@v1/p3")
@@ -203,7 +204,7 @@ func TestIncident004DelayedDeleteVsRetriedCompaction(t *testing.T) {
 	// objects (the first copy of the DELETE_STRAY runs, the second waits).
 	w.clock.Advance(stuckAfter + time.Minute)
 	w.sweep(w.main)
-	w.wantState(w.g, 1, records.GroupSuperseded)
+	w.wantState(w.g, 1, protocol.GroupSuperseded)
 	stray := w.takeOne(isOp(messages.OpDeleteStray, out))
 	if err := w.deliver(w.main, stray); err != nil {
 		t.Fatal(err)
@@ -249,7 +250,7 @@ func TestIncident004ReuploadWhileMarkDelayed(t *testing.T) {
 	w.upload(corpus.v1...)
 	x := blockID(corpus.v1[4])
 	w.pump(w.main, isOp(messages.OpMark, x))
-	w.wantState(w.g, 1, records.GroupRetired)
+	w.wantState(w.g, 1, protocol.GroupRetired)
 	mark := w.takeOne(isOp(messages.OpMark, x))
 	rec := w.block(x)
 	w.reupload(corpus.v1[4])
@@ -287,10 +288,10 @@ func TestIncident004StaleOpsDropped(t *testing.T) {
 	late := w.pumpKeeping(func(m testworld.Mail) bool {
 		return isOp(messages.OpPublish, "")(m) || isOp(messages.OpMark, "")(m)
 	})
-	w.wantState(w.g, 1, records.GroupRetired)
+	w.wantState(w.g, 1, protocol.GroupRetired)
 	w.upload(corpus.late)
 	w.pump(w.main, nil)
-	w.wantState(w.g, 2, records.GroupRetired)
+	w.wantState(w.g, 2, protocol.GroupRetired)
 	w.clock.Advance(deletionDelay + time.Second)
 	w.sweep(w.main)
 	w.pump(w.main, nil)
@@ -335,7 +336,7 @@ func TestIncident004StaleOpSameStateNewerGen(t *testing.T) {
 	w := newWorld004(t)
 	w.upload(corpus.v1...)
 	late := w.pumpKeeping(isOp(messages.OpPublish, ""))
-	w.wantState(w.g, 1, records.GroupRetired)
+	w.wantState(w.g, 1, protocol.GroupRetired)
 	if len(late) == 0 {
 		t.Fatal("no PUBLISH op to replay")
 	}
@@ -345,15 +346,15 @@ func TestIncident004StaleOpSameStateNewerGen(t *testing.T) {
 	}
 	w.upload(corpus.late)
 	w.pump(w.main, v2Jobs)
-	w.wantState(w.g, 2, records.GroupPlanned)
+	w.wantState(w.g, 2, protocol.GroupPlanned)
 	w.clock.Advance(stuckAfter + time.Minute)
 	w.sweep(w.main)
-	w.wantState(w.g, 2, records.GroupSuperseded)
+	w.wantState(w.g, 2, protocol.GroupSuperseded)
 	before := map[string]records.Block{}
 	for _, m := range late {
 		op := m.Msg.(messages.BlockOp)
 		b := w.block(op.Block)
-		if b.State != records.BlockLive || b.Gen <= op.Gen {
+		if b.State != protocol.BlockLive || b.Gen <= op.Gen {
 			t.Fatalf("output %s is %s at gen %d; want LIVE again at a gen above the PUBLISH's %d", b.ID, b.State, b.Gen, op.Gen)
 		}
 		before[b.ID] = b

@@ -45,6 +45,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/pipeline"
 	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/spec"
 	"github.com/sluice-dev/sluice/tests/testworld"
@@ -389,7 +390,7 @@ func (r *replay) block(id string) records.Block {
 }
 
 // wantState fails unless the group's head is at version v in state s.
-func (r *replay) wantState(g planning.GroupKey, v int64, s records.GroupState) records.Group {
+func (r *replay) wantState(g planning.GroupKey, v int64, s protocol.GroupState) records.Group {
 	r.t.Helper()
 	h := r.head(g)
 	if h.Version != v || h.State != s {

@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/blockmeta"
 	"github.com/sluice-dev/sluice/shared/blockstore"
 	"github.com/sluice-dev/sluice/shared/equiv"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 )
 
@@ -25,7 +26,7 @@ import (
 func Live(blocks []records.Block) []records.Block {
 	var out []records.Block
 	for _, b := range blocks {
-		if b.State == records.BlockLive && b.Published {
+		if b.State == protocol.BlockLive && b.Published {
 			out = append(out, b)
 		}
 	}
@@ -56,7 +57,7 @@ func (w *World) CheckQuiescent(ctx context.Context, tenants ...string) error {
 		// (unreadable on both sides).
 		var kept []records.Block
 		for _, b := range blocks {
-			if (b.State == records.BlockQuarantined || b.State == records.BlockClaimed) && !w.Damaged[tenant][b.ID] {
+			if (b.State == protocol.BlockQuarantined || b.State == protocol.BlockClaimed) && !w.Damaged[tenant][b.ID] {
 				kept = append(kept, b)
 			}
 		}
@@ -74,12 +75,12 @@ func (w *World) CheckQuiescent(ctx context.Context, tenants ...string) error {
 				continue
 			}
 			switch b.State {
-			case records.BlockLive, records.BlockQuarantined, records.BlockClaimed:
+			case protocol.BlockLive, protocol.BlockQuarantined, protocol.BlockClaimed:
 				for _, v := range b.AllVersions() {
 					named[k.Object(v.RelPath)+"@"+v.VersionID] = true
 				}
 				named[k.Object(blockkey.NoCompactMarkFile)+"@*"] = true
-			case records.BlockRejected:
+			case protocol.BlockRejected:
 				named[k.BlockPrefix()+"*"] = true
 			}
 		}
@@ -146,11 +147,11 @@ func (w *World) checkQuarantine(ctx context.Context, tenant string, blocks []rec
 	seen := map[string]bool{}
 	for _, b := range blocks {
 		switch {
-		case b.State == records.BlockQuarantined && !w.Damaged[tenant][b.ID]:
+		case b.State == protocol.BlockQuarantined && !w.Damaged[tenant][b.ID]:
 			errs = append(errs, fmt.Errorf("quarantine: %s is quarantined but was not damaged: %s", b.Key(), b.Reason))
-		case b.State == records.BlockQuarantined && b.NoCompactMarkVersionID == "":
+		case b.State == protocol.BlockQuarantined && b.NoCompactMarkVersionID == "":
 			errs = append(errs, fmt.Errorf("quarantine: %s is quarantined without a no-compact mark", b.Key()))
-		case b.State == records.BlockQuarantined:
+		case b.State == protocol.BlockQuarantined:
 			seen[b.ID] = true
 		}
 	}
@@ -165,7 +166,7 @@ func (w *World) checkQuarantine(ctx context.Context, tenant string, blocks []rec
 			return err
 		}
 		for _, g := range groups {
-			if g.State == records.GroupQuarantined {
+			if g.State == protocol.GroupQuarantined {
 				errs = append(errs, fmt.Errorf("quarantine: group %s is quarantined: %s", g.Ref(), g.Reason))
 			}
 		}
@@ -244,8 +245,8 @@ func (w *World) DownloadBlocks(ctx context.Context, blocks []records.Block) ([]s
 // checkOverlap is I2 at block level.
 func checkOverlap(tenant string, live []records.Block) error {
 	version := func(b records.Block) string {
-		if i := strings.LastIndex(b.ProducedBy, "/p"); i > 0 {
-			return b.ProducedBy[:i]
+		if r, err := protocol.ParsePartitionRef(b.ProducedBy); err == nil {
+			return r.VersionRef.String()
 		}
 		return "upload " + b.ID
 	}

@@ -4,9 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
+	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -21,22 +20,25 @@ import (
 	"github.com/sluice-dev/sluice/shared/blockmeta"
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/pipeline"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 )
 
 // The Monitor's checks, by name: what Checks counts and a violation
 // starts with.
 const (
+	CheckTypedWrite           = "I5 every write names its transition"
+	CheckTransition           = "I5 transition from an allowed state"
+	CheckRequires             = "I5 transition's requirements held"
+	CheckEffect               = "I5 write did what its transition says"
+	CheckFenced               = "I5 transaction holds its fences"
 	CheckCommitFenced         = "I5 commit fenced"
 	CheckCommitByHolder       = "I5 commit by lease holder"
 	CheckLeaseFenced          = "I5 lease fenced"
 	CheckLeaseExclusive       = "I5 lease exclusive"
-	CheckGroupTransition      = "I5 group transition"
 	CheckCompletionAfterParts = "I5 completion after every partition"
 	CheckOneUnfinished        = "I5 one unfinished version"
 	CheckBlockCreatedOnce     = "I5 block created once"
-	CheckBlockTransition      = "I5 block transition"
-	CheckBlockWriteAtGen      = "I5 block write at the gen read"
 	CheckOpDecidesAtGen       = "I5 block op decides at current gen"
 	CheckOpEffectAtGen        = "I5 block op takes effect at current gen"
 	CheckDeleteNamesVersion   = "I4 delete names a VersionId"
@@ -49,16 +51,18 @@ const (
 // a check that never runs cannot fail.
 func MonitorChecks() []string {
 	return []string{
+		CheckTypedWrite,
+		CheckTransition,
+		CheckRequires,
+		CheckEffect,
+		CheckFenced,
 		CheckCommitFenced,
 		CheckCommitByHolder,
 		CheckLeaseFenced,
 		CheckLeaseExclusive,
-		CheckGroupTransition,
 		CheckCompletionAfterParts,
 		CheckOneUnfinished,
 		CheckBlockCreatedOnce,
-		CheckBlockTransition,
-		CheckBlockWriteAtGen,
 		CheckOpDecidesAtGen,
 		CheckOpEffectAtGen,
 		CheckDeleteNamesVersion,
@@ -68,15 +72,21 @@ func MonitorChecks() []string {
 }
 
 // Monitor checks, at the moment each thing happens, what docs/design.md §5 says
-// must hold then — independently of the conditions the code writes:
+// must hold then — judging what each write did, not the conditions the
+// code wrote:
 //
-//   - I5 fencing of records: every write the table accepts is one the
-//     protocol allows from the state it leaves. A commit lands only on the
+//   - I5 fencing of records: every write to a block, a group head or a
+//     partition names the protocol transition it makes (shared/records
+//     tags it with a protocol.Change); an accepted write left a state its
+//     transition may leave, every requirement of the transition held on the
+//     item as it was just before (the gen read, the lease holder, the
+//     claimer…), the item is afterwards as the transition leaves it, and
+//     its transaction holds the transition's fences. Besides the table, the
+//     design's own rules in their own words: a commit lands only on the
 //     current, PLANNED version and only for the lease holder; a lease only
 //     on the current PLANNED version and a PENDING or expired partition; a
-//     completion only when every partition is DONE; a version only after the
-//     previous one is final; every block transition only from its allowed
-//     state and at the gen the writer read.
+//     completion only when every partition is DONE; a version only after
+//     the previous one is final; a block record is created once.
 //   - I5 fencing of block ops: an uploader op acts only while the block is
 //     still at the op's gen and in the op's state (the op travels in the
 //     context, see WithOp).
@@ -85,10 +95,11 @@ func MonitorChecks() []string {
 //     with their sizes.
 //   - I4 online: every delete names a VersionId (no delete markers).
 //
-// To judge a write against the state it leaves, the Monitor serialises the
-// pipeline's DynamoDB writes: it reads the items a write touches, sends the
-// write, and judges it if it was accepted. The emulator serialises DynamoDB
-// requests anyway, so this costs little.
+// To judge a write against the states it leaves and enters, the Monitor
+// serialises the pipeline's DynamoDB writes: it reads the items a write
+// touches, sends the write, reads them again if it was accepted, and
+// judges. The emulator serialises DynamoDB requests anyway, so this costs
+// little.
 type Monitor struct {
 	table  string
 	bucket string
@@ -246,7 +257,7 @@ func (m *Monitor) Hook(ctx context.Context, step pipeline.Step, subject string) 
 	if t == nil {
 		return nil
 	}
-	want, ok := opStates[t.op.Op]
+	want, ok := protocol.OpActsIn(t.op.Op)
 	if !ok {
 		return nil
 	}
@@ -256,28 +267,16 @@ func (m *Monitor) Hook(ctx context.Context, step pipeline.Step, subject string) 
 	if read == nil {
 		return nil // not read through this Monitor
 	}
-	m.check(CheckOpDecidesAtGen, read.Gen == t.op.Gen && hasState(read.State, want),
+	m.check(CheckOpDecidesAtGen, read.Gen == t.op.Gen && slices.Contains(want, read.State),
 		"%s op of %s/%s at gen %d proceeds (%s) on a record read %s at gen %d", t.op.Op, t.op.Tenant, t.op.Block, t.op.Gen, step, read.State, read.Gen)
 	return nil
 }
-
-func hasState(s records.BlockState, want []records.BlockState) bool {
-	for _, w := range want {
-		if s == w {
-			return true
-		}
-	}
-	return false
-}
-
-// opStates is the protocol's table of where each op may act.
-var opStates = pipeline.OpStates
 
 // opEffect runs an S3 write or delete of a block op while no DynamoDB
 // write can land (the Monitor's write lock), and judges it: if it took
 // effect, the block must be at the op's gen and state right then.
 func (m *Monitor) opEffect(ctx context.Context, op messages.BlockOp, what string, call func() error) error {
-	want, ok := opStates[op.Op]
+	want, ok := protocol.OpActsIn(op.Op)
 	if !ok {
 		return call() // DELETE_STRAY names versions no record names; judged per delete
 	}
@@ -288,7 +287,7 @@ func (m *Monitor) opEffect(ctx context.Context, op messages.BlockOp, what string
 	if err != nil || rerr != nil {
 		return err // no effect (a PUT that lost to If-None-Match adopts, it writes nothing)
 	}
-	m.check(CheckOpEffectAtGen, found && b.Gen == op.Gen && hasState(b.State, want),
+	m.check(CheckOpEffectAtGen, found && b.Gen == op.Gen && slices.Contains(want, b.State),
 		"%s op of %s/%s at gen %d: %s took effect while the block is %s at gen %d", op.Op, op.Tenant, op.Block, op.Gen, what, b.State, b.Gen)
 	return nil
 }
@@ -409,6 +408,22 @@ func refOf(key map[string]types.AttributeValue) itemRef {
 	return r
 }
 
+// about reports whether change c is about the item r names.
+func (r itemRef) about(c protocol.Change) bool {
+	if c.Tenant != r.tenant {
+		return false
+	}
+	switch r.kind {
+	case kindBlock:
+		return c.Item == protocol.ItemBlock && c.Block == r.blockID
+	case kindHead:
+		return c.Item == protocol.ItemVersion && c.Group == r.groupKey
+	case kindPartition:
+		return c.Item == protocol.ItemPartition && c.Group == r.groupKey && c.Version == r.version && c.Partition == r.index
+	}
+	return false
+}
+
 func writeKey(it types.TransactWriteItem) map[string]types.AttributeValue {
 	switch {
 	case it.Put != nil:
@@ -426,40 +441,275 @@ func writeKey(it types.TransactWriteItem) map[string]types.AttributeValue {
 // preimage is what the items a write touches held just before it.
 type preimage struct {
 	items map[string]map[string]types.AttributeValue // pk/sk → item (nil: absent)
-	parts map[string][]records.Partition             // pk/headSK#v → partitions
+	parts map[string][]records.Partition             // pk/headSK → the head's version's partitions
 }
+
+func newImage() preimage {
+	return preimage{items: map[string]map[string]types.AttributeValue{}, parts: map[string][]records.Partition{}}
+}
+
+// judgedItem is one item of a write, with the change the store says it
+// makes (nil when it names none).
+type judgedItem struct {
+	ref    itemRef
+	write  types.TransactWriteItem
+	change *protocol.Change
+}
+
+// protocolItem reports whether the protocol's table governs items of r's
+// kind: every write to them must name its transition.
+func (r itemRef) protocolItem() bool { return r.kind != kindOther }
 
 func (m *Monitor) judged(ctx context.Context, items []types.TransactWriteItem, write func() error) error {
 	m.writes.Lock()
 	defer m.writes.Unlock()
-	pre := preimage{items: map[string]map[string]types.AttributeValue{}, parts: map[string][]records.Partition{}}
+	changes := protocol.ChangesFrom(ctx)
+	var tx []judgedItem
 	var keys [][2]string
 	for _, it := range items {
 		r := refOf(writeKey(it))
-		if r.kind == kindOther || it.ConditionCheck != nil || it.Delete != nil {
+		if !r.protocolItem() || it.Delete != nil {
 			continue
 		}
+		ji := judgedItem{ref: r, write: it}
+		for i := range changes {
+			if r.about(changes[i]) {
+				ji.change = &changes[i]
+				break
+			}
+		}
+		tx = append(tx, ji)
 		keys = append(keys, [2]string{r.pk, r.sk})
 		if r.kind == kindPartition {
 			keys = append(keys, [2]string{r.pk, r.headSK})
 		}
 	}
+	pre := newImage()
 	if err := m.loadAll(ctx, &pre, keys); err != nil {
 		return write() // cannot judge: let the write through unjudged
 	}
-	for _, it := range items {
-		r := refOf(writeKey(it))
-		if r.kind == kindHead && it.Update != nil && strVal(it.Update.ExpressionAttributeValues, ":to") == string(records.GroupComplete) {
-			if err := m.loadParts(ctx, &pre, r); err != nil {
+	for _, ji := range tx {
+		if ji.change != nil && ji.change.Transition == protocol.Complete {
+			if err := m.loadParts(ctx, &pre, ji.ref); err != nil {
 				return write()
 			}
 		}
 	}
 	err := write()
-	for _, it := range items {
-		m.judge(items, it, pre, err)
+	post := newImage()
+	if err == nil {
+		if perr := m.loadAll(ctx, &post, keys); perr != nil {
+			post.items = nil // the effect cannot be judged
+		}
 	}
+	m.judgeTransaction(tx, pre, post, err)
 	return err
+}
+
+// judgeTransaction judges every item of one write: the protocol's rules
+// for the transition each names, then the design's own checks. post is
+// nil-itemed when the write failed or could not be read back.
+func (m *Monitor) judgeTransaction(tx []judgedItem, pre, post preimage, err error) {
+	names := map[protocol.Name][]protocol.Change{}
+	for _, ji := range tx {
+		if ji.change != nil {
+			names[ji.change.Transition] = append(names[ji.change.Transition], *ji.change)
+		}
+	}
+	for _, ji := range tx {
+		if ji.write.ConditionCheck == nil {
+			m.check(CheckTypedWrite, ji.change != nil, "a write of %s/%s names no protocol transition", ji.ref.pk, ji.ref.sk)
+		}
+		if ji.change == nil {
+			continue
+		}
+		c := *ji.change
+		t, lerr := protocol.Lookup(c.Transition)
+		if lerr != nil {
+			m.check(CheckTypedWrite, false, "a write of %s/%s names %v", ji.ref.pk, ji.ref.sk, lerr)
+			continue
+		}
+		m.judgeDesign(ji, c, pre, err)
+		if err != nil || t.Check {
+			continue
+		}
+		m.judgeTransition(ji.ref, t, c, pre, post, names)
+	}
+}
+
+// state reads an item's state ("" when absent) and gen.
+func itemState(item map[string]types.AttributeValue) (state string, gen int64, found bool) {
+	if item == nil {
+		return "", 0, false
+	}
+	var v struct {
+		State string `dynamodbav:"state"`
+		Gen   int64  `dynamodbav:"gen"`
+	}
+	_ = attributevalue.UnmarshalMap(item, &v)
+	return v.State, v.Gen, true
+}
+
+// judgeTransition holds an accepted write to its transition's table
+// entry: it left a state the transition may leave (the one its writer
+// expected), every requirement held on the item as it was, the item is
+// now as the transition leaves it, and the transaction holds its fences.
+func (m *Monitor) judgeTransition(r itemRef, t protocol.Transition, c protocol.Change, pre, post preimage, names map[protocol.Name][]protocol.Change) {
+	k := r.pk + "/" + r.sk
+	what := fmt.Sprintf("%s of %s/%s", t.Name, r.pk, r.sk)
+	from, gen, found := itemState(pre.items[k])
+	m.check(CheckTransition, t.Leaves(from) && from == c.From && found != t.Has(protocol.Absent),
+		"%s accepted from %q (the writer expected %q; it leaves %v)", what, from, c.From, t.From)
+	var unmet []string
+	for _, req := range t.Requires {
+		if !m.held(req, r, c, pre, gen) {
+			unmet = append(unmet, string(req))
+		}
+	}
+	m.check(CheckRequires, len(unmet) == 0, "%s accepted while not %v", what, unmet)
+	for _, w := range t.With {
+		fenced := false
+		for _, f := range names[w] {
+			fenced = fenced || (f.Tenant == c.Tenant && (f.Group == c.Group || c.Item == protocol.ItemBlock) && (f.Version == c.Version || c.Item == protocol.ItemBlock))
+		}
+		m.check(CheckFenced, fenced, "%s accepted without %s in its transaction", what, w)
+	}
+	if post.items == nil {
+		return
+	}
+	to, nextGen, exists := itemState(post.items[k])
+	ok := exists && to == t.Enters(from)
+	if r.kind == kindBlock && found {
+		want := gen
+		if t.Moves() {
+			want = gen + 1
+		}
+		ok = ok && nextGen == want
+		what += fmt.Sprintf(" (gen %d → %d)", gen, nextGen)
+	}
+	m.check(CheckEffect, ok, "%s left the item %q, the transition enters %q", what, to, t.Enters(from))
+}
+
+// held reports whether requirement req of change c held on the item as it
+// was before the write.
+func (m *Monitor) held(req protocol.Require, r itemRef, c protocol.Change, pre preimage, gen int64) bool {
+	item := pre.items[r.pk+"/"+r.sk]
+	switch r.kind {
+	case kindHead:
+		head, found := unmarshal[records.Group](item)
+		switch req {
+		case protocol.Absent:
+			return !found
+		case protocol.AtVersion:
+			if c.Transition == protocol.CreateNext {
+				return found && head.Version+1 == c.Version
+			}
+			return found && head.Version == c.Version
+		}
+	case kindPartition:
+		part, found := unmarshal[records.Partition](item)
+		switch req {
+		case protocol.Absent:
+			return !found
+		case protocol.LeaseHolder:
+			return found && part.LeaseOwner == c.Owner
+		case protocol.LeaseExpired:
+			return found && part.LeaseOwner == c.Prev && part.LeaseUntil < c.Now
+		}
+	case kindBlock:
+		b, found := unmarshal[records.Block](item)
+		switch req {
+		case protocol.Absent:
+			return !found
+		case protocol.AtGen:
+			return found && gen == c.Gen
+		case protocol.ClaimedByWriter:
+			return found && b.ClaimedBy == c.By
+		case protocol.Unclaimed:
+			return found && b.ClaimedBy == ""
+		case protocol.Published:
+			return found && b.Published
+		case protocol.ProducedByWriter:
+			return found && b.ProducedBy == c.By
+		case protocol.MarkRecorded:
+			return found && b.MarkVersionID != ""
+		case protocol.NoCompactMarkNamed:
+			return found && b.NoCompactMarkVersionID != ""
+		}
+	}
+	return true // a requirement on values the change does not carry (the attempt limit): DynamoDB's to enforce
+}
+
+// judgeDesign makes the design's own checks (docs/design.md §5), which
+// say what must hold in words of their own rather than the table's.
+func (m *Monitor) judgeDesign(ji judgedItem, c protocol.Change, pre preimage, err error) {
+	r := ji.ref
+	switch c.Transition {
+	case protocol.Commit:
+		m.judgeCommit(r, c, pre, err)
+	case protocol.Lease, protocol.TakeOver:
+		if err == nil {
+			m.judgeLease(r, c, pre)
+		}
+	case protocol.Complete:
+		if err == nil {
+			m.judgeCompletion(r, c, pre)
+		}
+	case protocol.CreateFirst, protocol.CreateNext:
+		if err == nil {
+			prev, found := unmarshal[records.Group](pre.items[r.pk+"/"+r.sk])
+			ok := !found || ((prev.State == protocol.GroupRetired || prev.State == protocol.GroupSuperseded) && c.Version == prev.Version+1)
+			m.check(CheckOneUnfinished, ok, "%s/%s@v%d created while v%d is %s", r.tenant, r.groupKey, c.Version, prev.Version, prev.State)
+		}
+	case protocol.RegisterBlock, protocol.RegisterRejected, protocol.PutOutput:
+		if err == nil {
+			_, existed := unmarshal[records.Block](pre.items[r.pk+"/"+r.sk])
+			m.check(CheckBlockCreatedOnce, !existed, "block %s/%s was put over an existing record", r.tenant, r.blockID)
+		}
+	}
+}
+
+func (m *Monitor) judgeCommit(r itemRef, c protocol.Change, pre preimage, err error) {
+	head, _ := unmarshal[records.Group](pre.items[r.pk+"/"+r.headSK])
+	part, found := unmarshal[records.Partition](pre.items[r.pk+"/"+r.sk])
+	ref := fmt.Sprintf("%s/%s@v%d/p%d", r.tenant, r.groupKey, r.version, r.index)
+	m.mu.Lock()
+	m.commits = append(m.commits, CommitAttempt{Ref: ref, Owner: c.Owner, Accepted: err == nil})
+	m.mu.Unlock()
+	if err != nil {
+		return
+	}
+	current := head.Version == r.version && head.State == protocol.GroupPlanned
+	m.check(CheckCommitFenced, current, "commit of %s by %s accepted while the group is at v%d %s", ref, c.Owner, head.Version, head.State)
+	m.check(CheckCommitByHolder, found && part.State == protocol.PartitionRunning && part.LeaseOwner == c.Owner,
+		"commit of %s by %s accepted while the partition is %s held by %q", ref, c.Owner, part.State, part.LeaseOwner)
+}
+
+func (m *Monitor) judgeLease(r itemRef, c protocol.Change, pre preimage) {
+	head, _ := unmarshal[records.Group](pre.items[r.pk+"/"+r.headSK])
+	part, found := unmarshal[records.Partition](pre.items[r.pk+"/"+r.sk])
+	ref := fmt.Sprintf("%s/%s@v%d/p%d", r.tenant, r.groupKey, r.version, r.index)
+	current := head.Version == r.version && head.State == protocol.GroupPlanned
+	m.check(CheckLeaseFenced, current, "lease of %s by %s accepted while the group is at v%d %s", ref, c.Owner, head.Version, head.State)
+	free := found && (part.State == protocol.PartitionPending || (part.State == protocol.PartitionRunning && part.LeaseUntil < c.Now))
+	m.check(CheckLeaseExclusive, free, "lease of %s by %s accepted while the partition is %s held by %q until %d (now %d)",
+		ref, c.Owner, part.State, part.LeaseOwner, part.LeaseUntil, c.Now)
+}
+
+func (m *Monitor) judgeCompletion(r itemRef, c protocol.Change, pre preimage) {
+	head, _ := unmarshal[records.Group](pre.items[r.pk+"/"+r.sk])
+	ref := fmt.Sprintf("%s/%s@v%d", r.tenant, r.groupKey, head.Version)
+	parts := pre.parts[r.pk+"/"+r.sk]
+	done := len(parts) == head.Partitions && head.Version == c.Version
+	var notDone []string
+	for _, p := range parts {
+		if p.State != protocol.PartitionDone {
+			done = false
+			notDone = append(notDone, fmt.Sprintf("p%d %s", p.Index, p.State))
+		}
+	}
+	m.check(CheckCompletionAfterParts, done, "%s completed with %d of %d partition items, not done: %v",
+		ref, len(parts), head.Partitions, notDone)
 }
 
 // loadAll reads the items (one strongly consistent batch) into pre.
@@ -546,183 +796,12 @@ func (m *Monitor) loadParts(ctx context.Context, pre *preimage, head itemRef) er
 	return nil
 }
 
-func strVal(vals map[string]types.AttributeValue, name string) string {
-	if v, ok := vals[name].(*types.AttributeValueMemberS); ok {
-		return v.Value
-	}
-	return ""
-}
-
-func numVal(vals map[string]types.AttributeValue, name string) (int64, bool) {
-	v, ok := vals[name].(*types.AttributeValueMemberN)
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(v.Value, 10, 64)
-	return n, err == nil
-}
-
-var setState = regexp.MustCompile(`#st\s*=\s*(:[A-Za-z0-9_]+)`)
-
-// targetState is the state an update SETs ("" when it sets none).
-func targetState(u *types.Update) string {
-	expr := aws.ToString(u.UpdateExpression)
-	if i := strings.Index(expr, "SET "); i >= 0 {
-		if g := setState.FindStringSubmatch(expr[i:]); g != nil {
-			return strVal(u.ExpressionAttributeValues, g[1])
-		}
-	}
-	return ""
-}
-
 func unmarshal[T any](item map[string]types.AttributeValue) (T, bool) {
 	var v T
 	if item == nil {
 		return v, false
 	}
 	return v, attributevalue.UnmarshalMap(item, &v) == nil
-}
-
-// accepted reports whether the write went through; a failed write is
-// judged only for the record of commit attempts.
-func (m *Monitor) judge(all []types.TransactWriteItem, it types.TransactWriteItem, pre preimage, err error) {
-	r := refOf(writeKey(it))
-	switch {
-	case r.kind == kindPartition && it.Update != nil:
-		m.judgePartition(r, it.Update, pre, err)
-	case err != nil:
-		return
-	case r.kind == kindHead && it.Update != nil:
-		m.judgeHeadUpdate(r, it.Update, pre)
-	case r.kind == kindHead && it.Put != nil:
-		m.judgeHeadPut(r, it.Put, pre)
-	case r.kind == kindBlock && it.Update != nil:
-		m.judgeBlockUpdate(r, it.Update, pre)
-	case r.kind == kindBlock && it.Put != nil:
-		_, existed := unmarshal[records.Block](pre.items[r.pk+"/"+r.sk])
-		m.check(CheckBlockCreatedOnce, !existed, "block %s/%s was put over an existing record", r.tenant, r.blockID)
-	}
-}
-
-func (m *Monitor) judgePartition(r itemRef, u *types.Update, pre preimage, err error) {
-	head, _ := unmarshal[records.Group](pre.items[r.pk+"/"+r.headSK])
-	part, found := unmarshal[records.Partition](pre.items[r.pk+"/"+r.sk])
-	ref := fmt.Sprintf("%s/%s@v%d/p%d", r.tenant, r.groupKey, r.version, r.index)
-	current := head.Version == r.version && head.State == records.GroupPlanned
-	owner := strVal(u.ExpressionAttributeValues, ":owner")
-	switch records.PartitionState(targetState(u)) {
-	case records.PartitionDone:
-		m.mu.Lock()
-		m.commits = append(m.commits, CommitAttempt{Ref: ref, Owner: owner, Accepted: err == nil})
-		m.mu.Unlock()
-		if err != nil {
-			return
-		}
-		m.check(CheckCommitFenced, current, "commit of %s by %s accepted while the group is at v%d %s", ref, owner, head.Version, head.State)
-		m.check(CheckCommitByHolder, found && part.State == records.PartitionRunning && part.LeaseOwner == owner,
-			"commit of %s by %s accepted while the partition is %s held by %q", ref, owner, part.State, part.LeaseOwner)
-	case records.PartitionRunning:
-		if err != nil {
-			return
-		}
-		now, _ := numVal(u.ExpressionAttributeValues, ":now")
-		m.check(CheckLeaseFenced, current, "lease of %s by %s accepted while the group is at v%d %s", ref, owner, head.Version, head.State)
-		free := found && (part.State == records.PartitionPending || (part.State == records.PartitionRunning && part.LeaseUntil < now))
-		m.check(CheckLeaseExclusive, free, "lease of %s by %s accepted while the partition is %s held by %q until %d (now %d)",
-			ref, owner, part.State, part.LeaseOwner, part.LeaseUntil, now)
-	}
-}
-
-var groupFrom = map[records.GroupState][]records.GroupState{
-	records.GroupPlanned:     {records.GroupClaiming},
-	records.GroupComplete:    {records.GroupPlanned},
-	records.GroupRetired:     {records.GroupComplete},
-	records.GroupSuperseded:  {records.GroupClaiming, records.GroupPlanned, records.GroupQuarantined},
-	records.GroupQuarantined: {records.GroupPlanned},
-}
-
-func (m *Monitor) judgeHeadUpdate(r itemRef, u *types.Update, pre preimage) {
-	to := records.GroupState(strVal(u.ExpressionAttributeValues, ":to"))
-	if to == "" {
-		return
-	}
-	head, found := unmarshal[records.Group](pre.items[r.pk+"/"+r.sk])
-	ref := fmt.Sprintf("%s/%s@v%d", r.tenant, r.groupKey, head.Version)
-	allowed := false
-	for _, f := range groupFrom[to] {
-		allowed = allowed || head.State == f
-	}
-	if v, ok := numVal(u.ExpressionAttributeValues, ":v"); ok && v != head.Version {
-		allowed = false
-		ref += fmt.Sprintf(" (the writer meant v%d)", v)
-	}
-	m.check(CheckGroupTransition, found && allowed, "%s moved %s → %s", ref, head.State, to)
-	if to == records.GroupComplete {
-		parts := pre.parts[r.pk+"/"+r.sk]
-		done := len(parts) == head.Partitions
-		var notDone []string
-		for _, p := range parts {
-			if p.State != records.PartitionDone {
-				done = false
-				notDone = append(notDone, fmt.Sprintf("p%d %s", p.Index, p.State))
-			}
-		}
-		m.check(CheckCompletionAfterParts, done, "%s completed with %d of %d partition items, not done: %v",
-			ref, len(parts), head.Partitions, notDone)
-	}
-}
-
-func (m *Monitor) judgeHeadPut(r itemRef, p *types.Put, pre preimage) {
-	next, _ := unmarshal[records.Group](p.Item)
-	prev, found := unmarshal[records.Group](pre.items[r.pk+"/"+r.sk])
-	ok := !found || ((prev.State == records.GroupRetired || prev.State == records.GroupSuperseded) && next.Version == prev.Version+1)
-	m.check(CheckOneUnfinished, ok, "%s/%s@v%d created while v%d is %s", r.tenant, r.groupKey, next.Version, prev.Version, prev.State)
-}
-
-var blockFrom = map[records.BlockState][]records.BlockState{
-	records.BlockClaimed:     {records.BlockLive},
-	records.BlockLive:        {records.BlockPending, records.BlockClaimed, records.BlockQuarantined},
-	records.BlockQuarantined: {records.BlockClaimed},
-	records.BlockRetiring:    {records.BlockClaimed},
-	records.BlockDeleted:     {records.BlockRetiring},
-	records.BlockDiscarded:   {records.BlockPending},
-}
-
-func (m *Monitor) judgeBlockUpdate(r itemRef, u *types.Update, pre preimage) {
-	b, found := unmarshal[records.Block](pre.items[r.pk+"/"+r.sk])
-	vals := u.ExpressionAttributeValues
-	to := records.BlockState(targetState(u))
-	what := fmt.Sprintf("block %s/%s %s → %s", r.tenant, r.blockID, b.State, to)
-	if to == "" {
-		expr := aws.ToString(u.UpdateExpression)
-		switch {
-		case strings.Contains(expr, "published"):
-			what = fmt.Sprintf("block %s/%s published while %s", r.tenant, r.blockID, b.State)
-			m.check(CheckBlockTransition, found && b.State == records.BlockLive, "%s", what)
-		case strings.Contains(expr, "markVid"):
-			what = fmt.Sprintf("block %s/%s mark recorded while %s", r.tenant, r.blockID, b.State)
-			m.check(CheckBlockTransition, found && b.State == records.BlockRetiring, "%s", what)
-		}
-	} else {
-		allowed := false
-		for _, f := range blockFrom[to] {
-			allowed = allowed || b.State == f
-		}
-		ref := strVal(vals, ":ref")
-		switch {
-		case to == records.BlockClaimed:
-			allowed = allowed && b.Published && b.ClaimedBy == ""
-		case to == records.BlockLive && b.State == records.BlockClaimed, to == records.BlockRetiring, to == records.BlockQuarantined:
-			allowed = allowed && ref != "" && b.ClaimedBy == ref
-			what += fmt.Sprintf(" (claimed by %q, writer %q)", b.ClaimedBy, ref)
-		}
-		m.check(CheckBlockTransition, found && allowed, "%s", what)
-	}
-	if g, ok := numVal(vals, ":gen"); ok {
-		m.check(CheckBlockWriteAtGen, b.Gen == g, "%s written expecting gen %d, record at gen %d", what, g, b.Gen)
-	} else if nx, ok := numVal(vals, ":next"); ok {
-		m.check(CheckBlockWriteAtGen, b.Gen == nx-1, "%s written to gen %d, record at gen %d", what, nx, b.Gen)
-	}
 }
 
 // block reads a block record; one read DELETED or DISCARDED is
@@ -735,7 +814,7 @@ func (m *Monitor) block(ctx context.Context, tenant, id string) (records.Block, 
 		return b, true, nil
 	}
 	b, ok, err := m.readBlock(ctx, tenant, id)
-	if err == nil && ok && (b.State == records.BlockDeleted || b.State == records.BlockDiscarded) {
+	if err == nil && ok && (b.State == protocol.BlockDeleted || b.State == protocol.BlockDiscarded) {
 		m.mu.Lock()
 		m.final[tenant+"/"+id] = b
 		m.mu.Unlock()
@@ -811,7 +890,7 @@ func (m *Monitor) beforeDelete(ctx context.Context, key, vid string) {
 	if err != nil {
 		return
 	}
-	needed := found && b.Names(k.File, vid) && b.State != records.BlockDeleted && b.State != records.BlockDiscarded
+	needed := found && b.Names(k.File, vid) && b.State != protocol.BlockDeleted && b.State != protocol.BlockDiscarded
 	m.check(CheckDeleteSparesNeeded, !needed, "DELETE of %s version %s, which the %s block's record names", key, vid, b.State)
 }
 

@@ -30,6 +30,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/config"
 	"github.com/sluice-dev/sluice/shared/eventsource"
 	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/spec"
 )
@@ -248,7 +249,7 @@ func (w *World) Quiescent(ctx context.Context, tenants ...string) (bool, error) 
 			if g.State.Unfinished() {
 				return false, nil
 			}
-			if g.State == records.GroupQuarantined {
+			if g.State == protocol.GroupQuarantined {
 				quarantined[g.Ref()] = true
 			}
 		}
@@ -258,11 +259,11 @@ func (w *World) Quiescent(ctx context.Context, tenants ...string) (bool, error) 
 		}
 		for _, b := range blocks {
 			switch {
-			case b.State == records.BlockClaimed && quarantined[b.ClaimedBy]:
+			case b.State == protocol.BlockClaimed && quarantined[b.ClaimedBy]:
 				// A quarantined group's sources stay claimed.
-			case b.State == records.BlockLive && !b.Published,
-				b.State == records.BlockClaimed, b.State == records.BlockPending, b.State == records.BlockRetiring,
-				b.State == records.BlockQuarantined && b.NoCompactMarkVersionID == "":
+			case b.State == protocol.BlockLive && !b.Published,
+				b.State == protocol.BlockClaimed, b.State == protocol.BlockPending, b.State == protocol.BlockRetiring,
+				b.State == protocol.BlockQuarantined && b.NoCompactMarkVersionID == "":
 				return false, nil
 			}
 		}
