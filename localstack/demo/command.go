@@ -24,8 +24,16 @@ nothing is left to do. Then, per tenant: the blocks before and after, the
 groups and partitions run, the AWS requests made, 'sluice verify' and a
 sample-by-sample comparison of the live blocks with the generated ones.
 
+A second deployment, <name>-thanos, runs the same over a Thanos bucket:
+the single-tenant layout, two Prometheus servers (cluster="east", "west")
+shipping two replicas each (replica="0", "1"). There Sluice writes one
+block per stream and range, and the demo runs Thanos' own verifier ('thanos
+tools bucket verify') over the bucket when a thanos binary is found ($THANOS
+or on the PATH) and shows its verdict next to 'sluice verify'.
+
 Exits 0 only if everything held. The deployment stays up afterwards; its
-settings are in .sluice/demo.env, the handlers' logs in .sluice/demo.log.
+settings are in .sluice/demo.env (.sluice/demo-thanos.env), the handlers'
+logs in .sluice/demo.log (.sluice/demo-thanos.log).
 'make demo' starts the emulator first; 'make down' stops it.`,
 		Setup: func(fs *flag.FlagSet) cli.RunFunc {
 			var o Options
@@ -48,6 +56,9 @@ settings are in .sluice/demo.env, the handlers' logs in .sluice/demo.log.
 				}
 				fmt.Fprintf(e.Stdout, "\nThe platform is still running at %s. Look around:\n", sum.Endpoint)
 				fmt.Fprintf(e.Stdout, "  source %s && bin/sluice status        # or: bin/sluice --env-file %s verify\n", ".sluice/demo.env", ".sluice/demo.env")
+				if sum.Thanos != nil {
+					fmt.Fprintf(e.Stdout, "  bin/sluice --env-file %s status   # the Thanos bucket\n", ".sluice/demo-thanos.env")
+				}
 				fmt.Fprintf(e.Stdout, "Stop it with: make down\n")
 				if !sum.OK() {
 					return cli.Refusef("%d check(s) failed", len(sum.Failures))

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -86,6 +87,12 @@ type Options struct {
 	// Keep leaves the deployment in place (make demo); Run otherwise
 	// removes it at the end (tests).
 	Keep bool
+	// SkipThanos leaves out the Thanos-layout deployment (thanos.go).
+	SkipThanos bool
+	// ThanosBinary runs Thanos' own verifier over that deployment's
+	// bucket; default $THANOS, else thanos on the PATH; none found: the
+	// verdict says it was not run.
+	ThanosBinary string
 }
 
 func (o *Options) defaults() {
@@ -155,6 +162,12 @@ type Summary struct {
 	// Invocations per function (and sweeps) of the local runner.
 	Invocations map[string]int64  `json:"invocations"`
 	Verify      *cli.VerifyReport `json:"verify"`
+	// Thanos is the Thanos-layout deployment's own summary (nil when
+	// skipped); its failures are in Failures too, prefixed "thanos: ".
+	Thanos *Summary `json:"thanos,omitempty"`
+	// ThanosVerdict is what Thanos' verifier said of that bucket (set on
+	// the Thanos summary), or why it was not run.
+	ThanosVerdict string `json:"thanosVerdict,omitempty"`
 	// Failures lists every check that did not hold; empty when OK.
 	Failures []string      `json:"failures"`
 	Elapsed  time.Duration `json:"elapsed"`
@@ -230,6 +243,8 @@ type run struct {
 	snaps   [][]awsenv.Count
 	step    int
 	start   time.Time
+	// thanos: this is the Thanos-layout deployment (thanos.go).
+	thanos bool
 }
 
 const steps = 6
@@ -242,12 +257,45 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if err := provision.ValidatePrefix(opts.Prefix); err != nil {
 		return nil, cli.Usagef("%v", err)
 	}
+	if err := provision.ValidatePrefix(thanosOptions(opts).Prefix); !opts.SkipThanos && err != nil {
+		return nil, cli.Usagef("the Thanos deployment's %v", err)
+	}
 	if opts.Hours < 2 || opts.Hours%2 != 0 {
 		return nil, cli.Usagef("hours %d: want a positive multiple of 2", opts.Hours)
 	}
 	if err := cli.ProbeEndpoint(ctx, opts.Endpoint); err != nil {
 		return nil, err
 	}
+	r, err := newRun(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(r.out, "Sluice demo: %d tenants × %dh of 2h blocks, compacted race-free against the emulator at %s\n\n",
+		len(opts.Tenants), opts.Hours, opts.Endpoint)
+	if err := r.scenario(ctx); err != nil {
+		return nil, err
+	}
+	if !opts.SkipThanos {
+		t, err := newRun(ctx, thanosOptions(opts))
+		if err != nil {
+			return nil, err
+		}
+		t.thanos = true
+		fmt.Fprintf(r.out, "\nA THANOS BUCKET: the same pipeline over a single-tenant (Thanos) layout\n\n")
+		if err := t.scenario(ctx); err != nil {
+			return nil, err
+		}
+		r.sum.Thanos = t.sum
+		for _, f := range t.sum.Failures {
+			r.sum.Failures = append(r.sum.Failures, "thanos: "+f)
+		}
+	}
+	r.sum.Elapsed = time.Since(r.start)
+	r.result()
+	return r.sum, nil
+}
+
+func newRun(ctx context.Context, opts Options) (*run, error) {
 	r := &run{opts: opts, out: opts.Out, counter: awsenv.NewRequestCounter(), inputs: map[string][]string{},
 		sum: &Summary{Prefix: opts.Prefix, Endpoint: opts.Endpoint, Failures: []string{}}, start: time.Now()}
 	var err error
@@ -257,40 +305,45 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if r.quiet, err = awsenv.Load(ctx, awsenv.Options{Endpoint: opts.Endpoint}); err != nil {
 		return nil, err
 	}
-	ntenants := len(opts.Tenants)
-	fmt.Fprintf(r.out, "Sluice demo: %d tenants × %dh of 2h blocks, compacted race-free against the emulator at %s\n\n",
-		ntenants, opts.Hours, opts.Endpoint)
+	return r, nil
+}
 
+// scenario is one deployment's run: provision, generate, upload,
+// compact, check, report.
+func (r *run) scenario(ctx context.Context) error {
 	if err := r.provision(ctx); err != nil {
-		return nil, err
+		return err
 	}
-	if !opts.Keep {
+	if !r.opts.Keep {
 		defer func() {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
-			_ = remove(ctx, r.quiet, spec.Default(opts.Prefix))
+			_ = remove(ctx, r.quiet, spec.Default(r.opts.Prefix))
 		}()
 	}
 	if err := r.generate(); err != nil {
-		return nil, err
+		return err
 	}
 	r.snapshot() // nothing counted before the upload belongs to a phase
 	if err := r.upload(ctx); err != nil {
-		return nil, err
+		return err
 	}
 	r.snapshot()
 	if err := r.compact(ctx); err != nil {
-		return nil, err
+		return err
 	}
 	r.snapshot()
 	if err := r.check(ctx); err != nil {
-		return nil, err
+		return err
 	}
 	r.snapshot()
+	if r.thanos {
+		r.thanosVerdict(ctx)
+	}
 	r.requests()
 	r.sum.Elapsed = time.Since(r.start)
 	r.report()
-	return r.sum, nil
+	return nil
 }
 
 func (r *run) stepf(name, format string, args ...any) {
@@ -334,6 +387,9 @@ func (r *run) provision(ctx context.Context) error {
 	r.configure(&r.cfg)
 	vars := d.Env()
 	vars["AWS_ENDPOINT_URL"] = r.opts.Endpoint
+	if r.thanos {
+		maps.Copy(vars, thanosEnv())
+	}
 	if err := os.MkdirAll(filepath.Dir(r.opts.EnvFile), 0o755); err != nil {
 		return err
 	}
@@ -342,6 +398,9 @@ func (r *run) provision(ctx context.Context) error {
 		return err
 	}
 	r.stepf("provision", "%s: versioned bucket, state table, 4 queues with dead-letter queues (%s)", r.opts.Prefix, since(start))
+	if r.thanos {
+		r.detailf("single-tenant layout (blocks at <ULID>/, as Thanos writes them), replica label %q, settings in %s", thanosReplicaLabel, r.opts.EnvFile)
+	}
 	return nil
 }
 
@@ -349,8 +408,12 @@ func (r *run) provision(ctx context.Context) error {
 // a short deletion delay, and a partition limit that splits 12h groups.
 func (r *run) configure(c *config.Config) {
 	c.DeletionDelay = r.opts.DeletionDelay
-	c.Policy.MaxSeriesPerPartition = r.opts.MaxSeriesPerPartition
 	c.OrphanDelay = 10 * time.Second
+	if r.thanos {
+		thanosConfig(c)
+		return
+	}
+	c.Policy.MaxSeriesPerPartition = r.opts.MaxSeriesPerPartition
 }
 
 // demoStart is midnight UTC two days ago: every range has closed.
@@ -364,6 +427,9 @@ func (r *run) generate() error {
 		return err
 	}
 	from := demoStart()
+	if r.thanos {
+		return r.generateThanos(from, start)
+	}
 	var parts []string
 	for i, t := range r.opts.Tenants {
 		bs, err := blockgen.Generate(filepath.Join(r.opts.WorkDir, "in", t.Name), blockgen.Options{

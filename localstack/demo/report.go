@@ -97,6 +97,9 @@ func (r *run) report() {
 			verdict = fmt.Sprintf("FAILED: %d violation(s)", ts.Violations)
 		}
 		fmt.Fprintf(w, "  %-13s  %s\n", "sluice verify", verdict)
+		if r.thanos {
+			fmt.Fprintf(w, "  %-13s  %s\n", "thanos verify", r.sum.ThanosVerdict)
+		}
 		e := ts.Equivalence
 		if e.OK() {
 			fmt.Fprintf(w, "  %-13s  ok: the live blocks hold exactly the %s distinct samples of %d series uploaded\n"+
@@ -153,8 +156,11 @@ func (r *run) report() {
 			"  polling (Lambda's, in AWS); %d S3 LIST (%s)\n",
 			tot.Pipeline-polling, float64(tot.Pipeline-polling)/float64(r.sum.Uploaded), polling, lists, scope)
 	}
+}
 
-	fmt.Fprintln(w)
+// result is the demo's last step: every check of both deployments.
+func (r *run) result() {
+	fmt.Fprintln(r.out)
 	if r.sum.OK() {
 		r.stepf("result", "ALL CHECKS PASSED in %s", r.sum.Elapsed.Round(100*time.Millisecond))
 	} else {

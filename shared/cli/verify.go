@@ -260,115 +260,145 @@ type visible struct {
 }
 
 func verifyTenant(ctx context.Context, rep *VerifyReport, c S3Reader, cfg config.Config, tenant string, blocks []records.Block, bucket map[string]*bucketBlock) error {
-	recs := map[string]records.Block{}
+	v := tenantCheck{rep: rep, c: c, cfg: cfg, tenant: tenant, blocks: blocks, bucket: bucket, recs: map[string]records.Block{}}
 	for _, b := range blocks {
-		recs[b.ID] = b
+		v.recs[b.ID] = b
 	}
-	add := func(inv, key, format string, args ...any) {
-		rep.Violations = append(rep.Violations, Violation{Invariant: inv, Tenant: tenant, Key: key, Detail: fmt.Sprintf(format, args...)})
+	vis, err := v.publishedMetas(ctx)
+	if err != nil {
+		return err
 	}
-	var vis []visible
-	rejectedObjects, markers := 0, 0
+	if err := v.recordedVersions(); err != nil {
+		return err
+	}
+	v.overlaps(vis)
+	v.orphans()
+	return nil
+}
 
-	// I3 from the bucket: every current meta.json's listed files exist
-	// with their sizes. Visible blocks are gathered for I2 on the way.
-	for _, id := range sortedKeys(bucket) {
-		bb := bucket[id]
-		rec, known := recs[id]
+// tenantCheck is one tenant's verification: its records, what its
+// bucket holds, and the report the checks add to.
+type tenantCheck struct {
+	rep    *VerifyReport
+	c      S3Reader
+	cfg    config.Config
+	tenant string
+	blocks []records.Block
+	recs   map[string]records.Block
+	bucket map[string]*bucketBlock
+}
+
+func (v tenantCheck) add(inv, key, format string, args ...any) {
+	v.rep.Violations = append(v.rep.Violations, Violation{Invariant: inv, Tenant: v.tenant, Key: key, Detail: fmt.Sprintf(format, args...)})
+}
+
+// publishedMetas is I3 from the bucket: every current meta.json's listed
+// files exist with their sizes. It returns the blocks a reader sees, for I2.
+func (v tenantCheck) publishedMetas(ctx context.Context) ([]visible, error) {
+	var vis []visible
+	for _, id := range sortedKeys(v.bucket) {
+		bb := v.bucket[id]
+		rec, known := v.recs[id]
 		metaV, ok := bb.latest(blockmeta.MetaFilename)
-		if !ok {
+		if !ok || known && rec.State == protocol.BlockRejected {
 			continue
 		}
-		if known && rec.State == protocol.BlockRejected {
-			continue
-		}
-		rep.PublishedMetas++
+		v.rep.PublishedMetas++
 		metaKey := bb.key.Object(blockmeta.MetaFilename)
-		raw, err := getBytes(ctx, c, cfg.Bucket, metaKey, metaV.VersionID)
+		raw, err := getBytes(ctx, v.c, v.cfg.Bucket, metaKey, metaV.VersionID)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		meta, err := blockmeta.Parse(raw, metaKey)
 		if err != nil {
-			add(InvI3, metaKey, "published meta.json does not parse: %v", err)
+			v.add(InvI3, metaKey, "published meta.json does not parse: %v", err)
 			continue
 		}
-		listed := false
-		if meta.Thanos != nil && len(meta.Thanos.Files) > 0 {
-			listed = true
-			for _, f := range meta.Thanos.Files {
-				if f.RelPath == blockmeta.MetaFilename {
-					continue
-				}
-				cur, ok := bb.latest(f.RelPath)
-				switch {
-				case !ok:
-					add(InvI3, bb.key.Object(f.RelPath), "listed in meta.json but missing")
-				case f.SizeBytes != 0 && cur.Size != f.SizeBytes:
-					add(InvI3, bb.key.Object(f.RelPath), "meta.json lists %d bytes, the object has %d", f.SizeBytes, cur.Size)
-				}
-			}
-		}
-		if !listed {
-			if _, ok := bb.latest(blockmeta.IndexFilename); !ok {
-				add(InvI3, bb.key.Object(blockmeta.IndexFilename), "published block has no index")
-			}
-		}
+		v.listedFiles(bb, meta)
 		_, marked := bb.latest(blockmeta.DeletionMarkFilename)
 		_, noCompact := bb.latest(blockmeta.NoCompactMarkFilename)
 		if !marked && !noCompact && !(known && rec.NoCompact) {
-			v := visible{id: id, key: tenant + "/" + id, stream: stream.Of(meta, cfg.ReplicaLabels).ID(), minT: meta.MinTime, maxT: meta.MaxTime}
+			vb := visible{id: id, key: v.tenant + "/" + id, stream: stream.Of(meta, v.cfg.ReplicaLabels).ID(), minT: meta.MinTime, maxT: meta.MaxTime}
 			if known {
-				v.producer = versionOf(rec.ProducedBy)
+				vb.producer = versionOf(rec.ProducedBy)
 			}
-			vis = append(vis, v)
+			vis = append(vis, vb)
 		}
 	}
+	return vis, nil
+}
 
-	// I3 from the table: every version a readable block's record names is
-	// in the bucket with its size.
-	for _, b := range blocks {
+// listedFiles checks the files a published meta.json lists (or, when it
+// lists none, that the block has an index).
+func (v tenantCheck) listedFiles(bb *bucketBlock, meta *blockmeta.Meta) {
+	if meta.Thanos == nil || len(meta.Thanos.Files) == 0 {
+		if _, ok := bb.latest(blockmeta.IndexFilename); !ok {
+			v.add(InvI3, bb.key.Object(blockmeta.IndexFilename), "published block has no index")
+		}
+		return
+	}
+	for _, f := range meta.Thanos.Files {
+		if f.RelPath == blockmeta.MetaFilename {
+			continue
+		}
+		cur, ok := bb.latest(f.RelPath)
+		switch {
+		case !ok:
+			v.add(InvI3, bb.key.Object(f.RelPath), "listed in meta.json but missing")
+		case f.SizeBytes != 0 && cur.Size != f.SizeBytes:
+			v.add(InvI3, bb.key.Object(f.RelPath), "meta.json lists %d bytes, the object has %d", f.SizeBytes, cur.Size)
+		}
+	}
+}
+
+// recordedVersions is I3 from the table: every version a readable
+// block's record names is in the bucket with its size.
+func (v tenantCheck) recordedVersions() error {
+	for _, b := range v.blocks {
 		readable := (b.State == protocol.BlockLive && b.Published) || b.State == protocol.BlockClaimed || b.State == protocol.BlockRetiring
 		if !readable {
 			continue
 		}
-		k, err := blockKeyOf(cfg.Layout, b)
+		k, err := blockKeyOf(v.cfg.Layout, b)
 		if err != nil {
 			return err
 		}
-		bb := bucket[b.ID]
+		bb := v.bucket[b.ID]
 		for _, ov := range b.AllVersions() {
 			found := false
 			var size int64
 			if bb != nil {
-				for _, v := range bb.versions[ov.RelPath] {
-					if v.VersionID == ov.VersionID && !v.DeleteMarker {
-						found, size = true, v.Size
+				for _, bv := range bb.versions[ov.RelPath] {
+					if bv.VersionID == ov.VersionID && !bv.DeleteMarker {
+						found, size = true, bv.Size
 					}
 				}
 			}
 			switch {
 			case !found:
-				add(InvI3, k.Object(ov.RelPath), "version %s, named by the %s block's record, is not in the bucket", ov.VersionID, b.State)
+				v.add(InvI3, k.Object(ov.RelPath), "version %s, named by the %s block's record, is not in the bucket", ov.VersionID, b.State)
 			case ov.Size != 0 && size != ov.Size:
-				add(InvI3, k.Object(ov.RelPath), "version %s has %d bytes, the record says %d", ov.VersionID, size, ov.Size)
+				v.add(InvI3, k.Object(ov.RelPath), "version %s has %d bytes, the record says %d", ov.VersionID, size, ov.Size)
 			}
 		}
 	}
+	return nil
+}
 
-	// I2: visible blocks of one stream — those a reader sees in the
-	// bucket, and the table's published LIVE blocks — that overlap in time
-	// must be partitions of one group version.
+// overlaps is I2: visible blocks of one stream — those a reader sees in
+// the bucket, and the table's published LIVE blocks — that overlap in time
+// must be partitions of one group version.
+func (v tenantCheck) overlaps(vis []visible) {
 	seen := map[string]bool{}
-	for _, v := range vis {
-		seen[v.id] = true
+	for _, vb := range vis {
+		seen[vb.id] = true
 	}
-	for _, b := range blocks {
+	for _, b := range v.blocks {
 		if b.State == protocol.BlockLive && b.Published && !b.NoCompact && !seen[b.ID] {
 			vis = append(vis, visible{id: b.ID, key: b.Key(), stream: b.Stream, minT: b.MinT, maxT: b.MaxT, producer: versionOf(b.ProducedBy)})
 		}
 	}
-	rep.VisibleBlocks += len(vis)
+	v.rep.VisibleBlocks += len(vis)
 	sort.Slice(vis, func(i, j int) bool {
 		if vis[i].minT != vis[j].minT {
 			return vis[i].minT < vis[j].minT
@@ -381,44 +411,45 @@ func verifyTenant(ctx context.Context, rep *VerifyReport, c S3Reader, cfg config
 			if a.stream != b.stream || (a.producer != "" && a.producer == b.producer) {
 				continue
 			}
-			add(InvI2, a.key+" + "+b.key, "[%s, %s) and [%s, %s) overlap; %s and %s",
+			v.add(InvI2, a.key+" + "+b.key, "[%s, %s) and [%s, %s) overlap; %s and %s",
 				msTime(a.minT), msTime(a.maxT), msTime(b.minT), msTime(b.maxT), producerText(a.producer), producerText(b.producer))
 		}
 	}
+}
 
-	// I4: every object version belongs to a kept block's recorded versions.
-	for _, id := range sortedKeys(bucket) {
-		bb := bucket[id]
-		rec, known := recs[id]
+// orphans is I4: every object version belongs to a kept block's recorded
+// versions.
+func (v tenantCheck) orphans() {
+	rejectedObjects, markers := 0, 0
+	for _, id := range sortedKeys(v.bucket) {
+		bb := v.bucket[id]
+		rec, known := v.recs[id]
 		for _, file := range sortedKeys(bb.versions) {
-			for _, v := range bb.versions[file] {
+			for _, ov := range bb.versions[file] {
 				key := bb.key.Object(file)
 				switch {
 				case known && rec.State == protocol.BlockRejected:
 					rejectedObjects++
-					continue
-				case file == blockmeta.NoCompactMarkFilename && !v.DeleteMarker:
+				case file == blockmeta.NoCompactMarkFilename && !ov.DeleteMarker:
 					markers++
-					continue
 				case !known:
-					add(InvI4, key, "version %s: no block record (an upload not registered yet?)", vtext(v))
+					v.add(InvI4, key, "version %s: no block record (an upload not registered yet?)", vtext(ov))
 				case !keptState(rec.State):
-					add(InvI4, key, "version %s: the block is %s and its objects should be gone", vtext(v), rec.State)
-				case v.DeleteMarker:
-					add(InvI4, key, "delete marker %s: Sluice deletes by VersionId and never leaves one", v.VersionID)
-				case !rec.Names(file, v.VersionID):
-					add(InvI4, key, "version %s is not one the %s block's record names", vtext(v), rec.State)
+					v.add(InvI4, key, "version %s: the block is %s and its objects should be gone", vtext(ov), rec.State)
+				case ov.DeleteMarker:
+					v.add(InvI4, key, "delete marker %s: Sluice deletes by VersionId and never leaves one", ov.VersionID)
+				case !rec.Names(file, ov.VersionID):
+					v.add(InvI4, key, "version %s is not one the %s block's record names", vtext(ov), rec.State)
 				}
 			}
 		}
 	}
 	if rejectedObjects > 0 {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("%s: %d object version(s) of rejected blocks left alone ('sluice status' shows why)", tenant, rejectedObjects))
+		v.rep.Notes = append(v.rep.Notes, fmt.Sprintf("%s: %d object version(s) of rejected blocks left alone ('sluice status' shows why)", v.tenant, rejectedObjects))
 	}
 	if markers > 0 {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("%s: %d no-compact mark(s) honoured", tenant, markers))
+		v.rep.Notes = append(v.rep.Notes, fmt.Sprintf("%s: %d no-compact mark(s) honoured", v.tenant, markers))
 	}
-	return nil
 }
 
 func keptState(s protocol.BlockState) bool {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -155,31 +156,9 @@ func (c Cleaner) finishComplete(ctx context.Context, head records.Group, parts [
 	if err != nil {
 		return err
 	}
-	published := 0
-	for _, b := range outs {
-		switch {
-		case b.State == protocol.BlockPending:
-			if err := c.step(ctx, "cleaner.before-activate", b.Key()); err != nil {
-				return err
-			}
-			gen, err := c.Store.Activate(ctx, b, now)
-			if err != nil {
-				if records.IsConditionLost(err) {
-					log.InfoContext(ctx, "output activation lost; re-driven later", "block", b.ID, "lost", err)
-					continue
-				}
-				return err
-			}
-			if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpPublish, Tenant: b.Tenant, Block: b.ID, Gen: gen}); err != nil {
-				return err
-			}
-		case b.State == protocol.BlockLive && !b.Published:
-			if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpPublish, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen}); err != nil {
-				return err
-			}
-		case b.Published:
-			published++
-		}
+	published, err := c.publishOutputs(ctx, outs, now, log)
+	if err != nil {
+		return err
 	}
 	if published < len(outs) {
 		log.InfoContext(ctx, "waiting for outputs to be published", "published", published, "outputs", len(outs))
@@ -189,6 +168,55 @@ func (c Cleaner) finishComplete(ctx context.Context, head records.Group, parts [
 	if err != nil {
 		return err
 	}
+	if err := c.retireSources(ctx, head, srcs, now, log); err != nil {
+		return err
+	}
+	if err := c.Store.SetGroupState(ctx, head, protocol.GroupComplete, protocol.GroupRetired, now); err != nil {
+		if records.IsConditionLost(err) {
+			return nil
+		}
+		return err
+	}
+	head.State = protocol.GroupRetired
+	log.InfoContext(ctx, "version retired", "outputs", len(outs), "sources", len(srcs))
+	return c.finishRetired(ctx, head, parts)
+}
+
+// publishOutputs activates a completed version's PENDING outputs and
+// sends their PUBLISH ops (again for those LIVE but not yet published),
+// and counts those published already.
+func (c Cleaner) publishOutputs(ctx context.Context, outs []records.Block, now time.Time, log *slog.Logger) (published int, err error) {
+	for _, b := range outs {
+		switch {
+		case b.State == protocol.BlockPending:
+			if err := c.step(ctx, "cleaner.before-activate", b.Key()); err != nil {
+				return 0, err
+			}
+			gen, err := c.Store.Activate(ctx, b, now)
+			if err != nil {
+				if records.IsConditionLost(err) {
+					log.InfoContext(ctx, "output activation lost; re-driven later", "block", b.ID, "lost", err)
+					continue
+				}
+				return 0, err
+			}
+			if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpPublish, Tenant: b.Tenant, Block: b.ID, Gen: gen}); err != nil {
+				return 0, err
+			}
+		case b.State == protocol.BlockLive && !b.Published:
+			if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpPublish, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen}); err != nil {
+				return 0, err
+			}
+		case b.Published:
+			published++
+		}
+	}
+	return published, nil
+}
+
+// retireSources moves the version's sources to RETIRING and sends their
+// MARK ops (again for those retiring with no mark recorded).
+func (c Cleaner) retireSources(ctx context.Context, head records.Group, srcs []records.Block, now time.Time, log *slog.Logger) error {
 	for _, b := range srcs {
 		switch {
 		case b.State == protocol.BlockClaimed && b.ClaimedBy == head.Ref():
@@ -221,15 +249,7 @@ func (c Cleaner) finishComplete(ctx context.Context, head records.Group, parts [
 			}
 		}
 	}
-	if err := c.Store.SetGroupState(ctx, head, protocol.GroupComplete, protocol.GroupRetired, now); err != nil {
-		if records.IsConditionLost(err) {
-			return nil
-		}
-		return err
-	}
-	head.State = protocol.GroupRetired
-	log.InfoContext(ctx, "version retired", "outputs", len(outs), "sources", len(srcs))
-	return c.finishRetired(ctx, head, parts)
+	return nil
 }
 
 // finishRetired runs the first orphan sweep of a retired version, takes it
@@ -245,40 +265,6 @@ func (c Cleaner) finishRetired(ctx context.Context, head records.Group, parts []
 	}
 	if err := c.Store.FinishVersion(ctx, head, c.now().Add(c.Config.OrphanDelay)); err != nil && !records.IsConditionLost(err) {
 		return err
-	}
-	return nil
-}
-
-// outputs reads the output records of a version's committed partitions;
-// a commit writes the record with the partition, so none may be missing.
-func (c Cleaner) outputs(ctx context.Context, head records.Group, parts []records.Partition) ([]records.Block, error) {
-	var ids []string
-	for _, p := range parts {
-		if p.Output != "" {
-			ids = append(ids, p.Output)
-		}
-	}
-	outs, err := c.Store.GetBlocks(ctx, head.Tenant, ids)
-	if err != nil {
-		return nil, err
-	}
-	if len(outs) != len(ids) {
-		return nil, fmt.Errorf("%s: %d of %d output records missing", head.Ref(), len(ids)-len(outs), len(ids))
-	}
-	return outs, nil
-}
-
-// replan asks the planner to look at the group again (blocks may have
-// arrived while it was busy) and at the next level's group.
-func (c Cleaner) replan(ctx context.Context, head records.Group) error {
-	groups := []planning.GroupKey{head.Key}
-	if parent, ok := c.Config.Policy.Parent(head.Key); ok {
-		groups = append(groups, parent)
-	}
-	for _, g := range groups {
-		if err := c.Send.Plan(ctx, messages.PlanRequest{Tenant: head.Tenant, Group: g.String(), Why: "after " + head.Ref()}); err != nil {
-			return err
-		}
 	}
 	return nil
 }
@@ -301,121 +287,6 @@ func (c Cleaner) supersede(ctx context.Context, head records.Group, from protoco
 	return c.cleanupSuperseded(ctx, head)
 }
 
-// cleanupSuperseded releases a superseded version's claims, discards its
-// outputs (DELETE ops), sweeps orphans under its output keys, takes it off
-// the agenda and re-plans. Idempotent.
-func (c Cleaner) cleanupSuperseded(ctx context.Context, head records.Group) error {
-	now := c.now()
-	srcs, err := c.Store.GetBlocks(ctx, head.Tenant, head.Sources)
-	if err != nil {
-		return err
-	}
-	for _, b := range srcs {
-		if b.State == protocol.BlockClaimed && b.ClaimedBy == head.Ref() {
-			if err := c.Store.ReleaseClaim(ctx, head.Ref(), b, now); err != nil && !records.IsConditionLost(err) {
-				return err
-			}
-		}
-	}
-	parts, err := c.Store.Partitions(ctx, head.Tenant, head.Key, head.Version)
-	if err != nil {
-		return err
-	}
-	if err := c.discardOutputs(ctx, head, parts); err != nil {
-		return err
-	}
-	if err := c.orphans(ctx, head, parts); err != nil {
-		return err
-	}
-	// Re-plan before leaving the agenda: once off it, nothing brings the
-	// group back if this cleanup dies.
-	if err := c.replan(ctx, head); err != nil {
-		return err
-	}
-	if err := c.Store.FinishVersion(ctx, head, now.Add(c.Config.OrphanDelay)); err != nil && !records.IsConditionLost(err) {
-		return err
-	}
-	return nil
-}
-
-// discardOutputs makes the PENDING outputs of a version that will never
-// complete DISCARDED and sends their DELETE ops (again for those already
-// discarded: a cleanup that died after discarding lost the op).
-func (c Cleaner) discardOutputs(ctx context.Context, head records.Group, parts []records.Partition) error {
-	outs, err := c.outputs(ctx, head, parts)
-	if err != nil {
-		return err
-	}
-	for _, b := range outs {
-		switch b.State {
-		case protocol.BlockPending:
-			gen, err := c.Store.Discard(ctx, b, c.now())
-			if err != nil {
-				if records.IsConditionLost(err) {
-					continue
-				}
-				return err
-			}
-			b.Gen = gen
-		case protocol.BlockDiscarded:
-		default:
-			continue
-		}
-		if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpDelete, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen}); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// orphans deletes every object version (and delete marker) under the output keys of a final
-// version that no record names: objects of attempts that lost. It lists
-// only those blocks' own prefixes, and only for partitions where a second
-// job can have written: more than one lease taken, or one taken and never
-// committed. On the happy path it lists nothing.
-func (c Cleaner) orphans(ctx context.Context, head records.Group, parts []records.Partition) error {
-	for _, p := range parts {
-		if p.Attempt == 0 || (p.Attempt == 1 && p.State == protocol.PartitionDone) {
-			// Never leased, or leased once and committed: the one job that
-			// could write under this key is the one the record names.
-			continue
-		}
-		out := outputULID(records.Group{Tenant: head.Tenant, Key: head.Key, Version: head.Version, CreatedAt: p.CreatedAt}, p.Index)
-		id := out.String()
-		rec, known, err := c.Store.GetBlock(ctx, head.Tenant, id)
-		if err != nil {
-			return err
-		}
-		k, err := c.Config.Layout.Block(head.Tenant, out)
-		if err != nil {
-			return err
-		}
-		l, err := c.listBlock(ctx, k)
-		if err != nil {
-			return fmt.Errorf("orphans of %s: %w", head.Ref(), err)
-		}
-		var stray []messages.StrayVersion
-		for _, v := range l.versions {
-			if !known || !rec.Names(v.RelPath, v.VersionID) {
-				stray = append(stray, messages.StrayVersion{RelPath: v.RelPath, VersionID: v.VersionID})
-			}
-		}
-		if len(stray) == 0 {
-			continue
-		}
-		gen := int64(0)
-		if known {
-			gen = rec.Gen
-		}
-		c.Logger.WarnContext(ctx, "orphaned object versions found; deleting", "tenant", head.Tenant, "block", id,
-			"group", head.Key.String(), "version", head.Version, "versions", len(stray))
-		if err := sendStray(ctx, c.Send, head.Tenant, id, gen, stray); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // retryFailed re-sends at once the jobs of partitions whose last attempt
 // failed and released its lease (PENDING with failures): a job's failure
 // note need not wait for the sweep's RedriveAfter. The failure count is
@@ -423,7 +294,7 @@ func (c Cleaner) orphans(ctx context.Context, head records.Group, parts []record
 func (c Cleaner) retryFailed(ctx context.Context, head records.Group, parts []records.Partition) error {
 	for _, p := range parts {
 		if p.State == protocol.PartitionPending && p.Failures > 0 {
-			if err := sendJobs(ctx, c.Deps, head, []int{p.Index}, int64(p.Failures)); err != nil {
+			if err := c.sendJobs(ctx, head, []int{p.Index}, int64(p.Failures)); err != nil {
 				return err
 			}
 		}
@@ -519,7 +390,7 @@ func (c Cleaner) redrive(ctx context.Context, head records.Group, parts []record
 	if len(lost) == 0 {
 		return nil
 	}
-	return sendJobs(ctx, c.Deps, head, lost, now)
+	return c.sendJobs(ctx, head, lost, now)
 }
 
 // Sweep is the scheduled pass: re-drive every unfinished version, delete
@@ -630,7 +501,7 @@ func (c Cleaner) deleteRetired(ctx context.Context, e records.AgendaEntry) error
 		if err := c.step(ctx, "cleaner.before-delete", b.Key()); err != nil {
 			return err
 		}
-		gen, err := c.Store.StartDelete(ctx, b, memberRanges(c.Config.Policy, b.Stream, b.Level, b.MinT, b.MaxT), now)
+		gen, err := c.Store.StartDelete(ctx, b, c.Config.Policy.MemberRanges(b.Stream, b.Level, b.MinT, b.MaxT), now)
 		if err != nil {
 			if records.IsConditionLost(err) {
 				return nil // a rival sweep moved it; the next sweep sees where it is

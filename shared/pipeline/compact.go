@@ -25,6 +25,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/stream"
 )
 
 // Compact runs compaction jobs (docs/design.md §4.2): lease, read sources by
@@ -119,7 +120,7 @@ func (c Compact) Run(ctx context.Context, job messages.Job) error {
 	}
 	var ranges []planning.GroupKey
 	if out != nil {
-		ranges = memberRanges(c.Config.Policy, g.Stream, g.Level, out.MinT, out.MaxT)
+		ranges = c.Config.Policy.MemberRanges(g.Stream, g.Level, out.MinT, out.MaxT)
 	}
 	if err := c.Store.Commit(ctx, job.Tenant, g, job.Version, job.Partition, owner, out, ranges, c.now()); err != nil {
 		if !records.IsConditionLost(err) {
@@ -213,37 +214,78 @@ func (c Compact) owner() string {
 // directory, compacts, uploads the output and returns its PENDING record
 // (nil for an empty partition). The scratch directory is removed on every
 // path.
-func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []records.Block, log interface {
-	InfoContext(context.Context, string, ...any)
-}) (*records.Block, error) {
-	if len(srcs) == 0 {
-		return nil, fmt.Errorf("version %s has no sources", head.Ref())
-	}
-	// The output carries its stream's labels (without the replica labels)
-	// and resolution, as recorded when the stream's first block came.
-	for _, b := range srcs {
-		if b.Stream != head.Key.Stream {
-			return nil, jobError{fmt.Errorf("version %s: source %s is of stream %s, not the group's: refusing to mix streams", head.Ref(), b.Key(), b.Stream)}
-		}
-	}
-	sr, ok, err := c.Store.GetStream(ctx, head.Tenant, head.Key.Stream)
+func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []records.Block, log jobLog) (*records.Block, error) {
+	st, err := c.stream(ctx, head, srcs)
 	if err != nil {
 		return nil, err
 	}
-	if !ok {
-		return nil, fmt.Errorf("version %s: stream %s has no record", head.Ref(), head.Key.Stream)
-	}
-	st := sr.Stream()
 	scratch, err := os.MkdirTemp(c.Config.ScratchDir, "sluice-job-")
 	if err != nil {
 		return nil, fmt.Errorf("scratch dir: %w", err)
 	}
 	defer os.RemoveAll(scratch)
+	started := time.Now()
+	dirs, err := c.download(ctx, head, p, srcs, scratch, log)
+	if err != nil {
+		return nil, err
+	}
+	outID := outputULID(head, p)
+	res, err := compaction.Compact(ctx, c.Logger, compaction.Job{
+		SourceDirs: dirs, Partition: p, PartitionCount: head.Partitions, ULID: outID,
+		OutDir: filepath.Join(scratch, "out"), ThanosLabels: st.Labels, Resolution: st.Resolution,
+		PartitionInfo: &blockmeta.PartitionInfo{
+			PartitionedGroupID: groupID(head), PartitionCount: head.Partitions, PartitionID: p,
+			PartitionedGroupCreationTime: head.CreatedAt,
+		},
+	})
+	if err != nil {
+		return nil, jobError{err}
+	}
+	if res.Empty {
+		log.InfoContext(ctx, "partition holds no series")
+		return nil, nil
+	}
+	out, err := c.upload(ctx, head, p, outID, res)
+	if err != nil {
+		return nil, err
+	}
+	log.InfoContext(ctx, "partition compacted and uploaded", "series", res.NumSeries, "samples", res.NumSamples,
+		"files", len(out.Files), "took", time.Since(started).String())
+	return out, nil
+}
 
-	// Every source gets a directory with its meta.json, so all partitions
-	// of a version describe the same sources and time range; only those
-	// that can hold series of p get their index and chunks (compaction
-	// never opens the others).
+// jobLog is where a job's progress goes.
+type jobLog interface {
+	InfoContext(context.Context, string, ...any)
+}
+
+// stream is the stream the version's output carries: its labels (without
+// the replica labels) and resolution, as recorded when the stream's first
+// block came. Sources of another stream are refused.
+func (c Compact) stream(ctx context.Context, head records.Group, srcs []records.Block) (stream.Stream, error) {
+	if len(srcs) == 0 {
+		return stream.Stream{}, fmt.Errorf("version %s has no sources", head.Ref())
+	}
+	for _, b := range srcs {
+		if b.Stream != head.Key.Stream {
+			return stream.Stream{}, jobError{fmt.Errorf("version %s: source %s is of stream %s, not the group's: refusing to mix streams", head.Ref(), b.Key(), b.Stream)}
+		}
+	}
+	sr, ok, err := c.Store.GetStream(ctx, head.Tenant, head.Key.Stream)
+	if err != nil {
+		return stream.Stream{}, err
+	}
+	if !ok {
+		return stream.Stream{}, fmt.Errorf("version %s: stream %s has no record", head.Ref(), head.Key.Stream)
+	}
+	return sr.Stream(), nil
+}
+
+// download gives every source a directory under scratch with its
+// meta.json, so all partitions of a version describe the same sources and
+// time range; only those that can hold series of p get their index and
+// chunks (compaction never opens the others).
+func (c Compact) download(ctx context.Context, head records.Group, p int, srcs []records.Block, scratch string, log jobLog) ([]string, error) {
 	var dirs []string
 	skipped := 0
 	started := time.Now()
@@ -264,47 +306,45 @@ func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []
 			skipped++
 			continue
 		}
-		id, err := ulid.ParseStrict(b.ID)
-		if err != nil {
-			return nil, fmt.Errorf("source %s: %w", b.Key(), err)
-		}
-		k, err := c.Config.Layout.Block(b.Tenant, id)
-		if err != nil {
+		if err := c.downloadSource(ctx, b, dir); err != nil {
 			return nil, err
-		}
-		objs := make([]blockstore.Object, 0, len(b.Files))
-		for _, f := range b.Files {
-			if !tsdbFile(f.RelPath) {
-				continue // another writer's file (e.g. index.cache.json): not block data
-			}
-			objs = append(objs, blockstore.Object{Key: k.Object(f.RelPath), VersionID: f.VersionID, Size: f.Size, RelPath: f.RelPath})
-		}
-		if err := blockstore.Download(ctx, c.S3, c.Config.Bucket, objs, dir, c.Config.DownloadParallelism); err != nil {
-			if errors.Is(err, blockstore.ErrNotFound) || (errors.Is(err, blockstore.ErrSizeMismatch) && !errors.Is(err, io.ErrUnexpectedEOF)) {
-				// Deleted or changed behind Sluice's back: the source is
-				// to blame, not the network.
-				return nil, &compaction.SourceError{Block: id, Err: fmt.Errorf("download: %w", err)}
-			}
-			return nil, fmt.Errorf("download source %s: %w", b.Key(), err)
 		}
 	}
 	log.InfoContext(ctx, "sources downloaded", "downloaded", len(dirs)-skipped, "skippedByPartitionInfo", skipped, "took", time.Since(started).String())
-	outID := outputULID(head, p)
-	res, err := compaction.Compact(ctx, c.Logger, compaction.Job{
-		SourceDirs: dirs, Partition: p, PartitionCount: head.Partitions, ULID: outID,
-		OutDir: filepath.Join(scratch, "out"), ThanosLabels: st.Labels, Resolution: st.Resolution,
-		PartitionInfo: &blockmeta.PartitionInfo{
-			PartitionedGroupID: groupID(head), PartitionCount: head.Partitions, PartitionID: p,
-			PartitionedGroupCreationTime: head.CreatedAt,
-		},
-	})
+	return dirs, nil
+}
+
+// downloadSource fetches a source's index and chunks by their VersionIds.
+func (c Compact) downloadSource(ctx context.Context, b records.Block, dir string) error {
+	id, err := ulid.ParseStrict(b.ID)
 	if err != nil {
-		return nil, jobError{err}
+		return fmt.Errorf("source %s: %w", b.Key(), err)
 	}
-	if res.Empty {
-		log.InfoContext(ctx, "partition holds no series")
-		return nil, nil
+	k, err := c.Config.Layout.Block(b.Tenant, id)
+	if err != nil {
+		return err
 	}
+	objs := make([]blockstore.Object, 0, len(b.Files))
+	for _, f := range b.Files {
+		if !tsdbFile(f.RelPath) {
+			continue // another writer's file (e.g. index.cache.json): not block data
+		}
+		objs = append(objs, blockstore.Object{Key: k.Object(f.RelPath), VersionID: f.VersionID, Size: f.Size, RelPath: f.RelPath})
+	}
+	if err := blockstore.Download(ctx, c.S3, c.Config.Bucket, objs, dir, c.Config.DownloadParallelism); err != nil {
+		if errors.Is(err, blockstore.ErrNotFound) || (errors.Is(err, blockstore.ErrSizeMismatch) && !errors.Is(err, io.ErrUnexpectedEOF)) {
+			// Deleted or changed behind Sluice's back: the source is to
+			// blame, not the network.
+			return &compaction.SourceError{Block: id, Err: fmt.Errorf("download: %w", err)}
+		}
+		return fmt.Errorf("download source %s: %w", b.Key(), err)
+	}
+	return nil
+}
+
+// upload puts the output's files (not its meta.json: the uploader
+// publishes that once the version completes) and returns its record.
+func (c Compact) upload(ctx context.Context, head records.Group, p int, outID ulid.ULID, res *compaction.Result) (*records.Block, error) {
 	k, err := c.Config.Layout.Block(head.Tenant, outID)
 	if err != nil {
 		return nil, err
@@ -341,8 +381,6 @@ func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []
 			out.IndexBytes = uint64(u.Size)
 		}
 	}
-	log.InfoContext(ctx, "partition compacted and uploaded", "series", res.NumSeries, "samples", res.NumSamples,
-		"files", len(up), "took", time.Since(started).String())
 	return out, nil
 }
 

@@ -168,7 +168,7 @@ func (p Planner) register(ctx context.Context, k blockkey.Key, body []byte, vid 
 		return b, err
 	}
 	sr := &records.StreamRecord{ID: b.Stream, Labels: st.Labels, Resolution: st.Resolution}
-	if err := p.Store.RegisterBlock(ctx, b, memberRanges(p.Config.Policy, b.Stream, b.Level, b.MinT, b.MaxT), sr); err != nil {
+	if err := p.Store.RegisterBlock(ctx, b, p.Config.Policy.MemberRanges(b.Stream, b.Level, b.MinT, b.MaxT), sr); err != nil {
 		return b, err
 	}
 	log.InfoContext(ctx, "block registered", "stream", st.String(), "streamID", b.Stream, "minT", b.MinT, "maxT", b.MaxT, "level", b.Level,
@@ -269,7 +269,7 @@ func (p Planner) Retry(ctx context.Context, req messages.RetryRequest) error {
 		}
 		log.InfoContext(ctx, "quarantined group released; re-planning", "version", head.Version)
 		head.State = protocol.GroupSuperseded
-		return Cleaner(p).cleanupSuperseded(ctx, head)
+		return p.cleanupSuperseded(ctx, head)
 	}
 	b, ok, err := p.Store.GetBlock(ctx, req.Tenant, req.Block)
 	if err != nil {
@@ -327,19 +327,6 @@ func (p Planner) Retry(ctx context.Context, req messages.RetryRequest) error {
 		return err
 	}
 	return p.planFor(ctx, b)
-}
-
-// memberRanges lists the group ranges of stream st, at every level above
-// level (and at level itself for outputs), that a block in [minT, maxT)
-// belongs to.
-func memberRanges(pol planning.Policy, st string, level int, minT, maxT int64) []planning.GroupKey {
-	var out []planning.GroupKey
-	for k := max(level, 1); k <= pol.TopLevel(); k++ {
-		if g, ok := pol.GroupFor(st, k, minT, maxT); ok {
-			out = append(out, g)
-		}
-	}
-	return out
 }
 
 // checkFiles reads a few bytes of the block's files by their VersionIds
@@ -572,7 +559,7 @@ func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKe
 			return false, err
 		}
 		next.State = protocol.GroupSuperseded
-		return true, Cleaner(p).cleanupSuperseded(ctx, next)
+		return true, p.cleanupSuperseded(ctx, next)
 	}
 	if err := p.step(ctx, "planner.before-planned", next.Ref()); err != nil {
 		return false, err
@@ -585,26 +572,7 @@ func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKe
 		return false, err
 	}
 	next.State = protocol.GroupPlanned
-	return false, sendJobs(ctx, p.Deps, next, nil, 0)
-}
-
-// sendJobs sends the job of every partition in only (all when nil).
-func sendJobs(ctx context.Context, d *Deps, g records.Group, only []int, resend int64) error {
-	parts := only
-	if parts == nil {
-		for i := 0; i < g.Partitions; i++ {
-			parts = append(parts, i)
-		}
-	}
-	for _, i := range parts {
-		j := messages.Job{Tenant: g.Tenant, Group: g.Key.String(), Version: g.Version, Partition: i,
-			Output: outputULID(g, i).String(), Resend: resend}
-		if err := d.Send.Job(ctx, j); err != nil {
-			return err
-		}
-	}
-	d.Logger.InfoContext(ctx, "jobs sent", "tenant", g.Tenant, "group", g.Key.String(), "version", g.Version, "jobs", len(parts), "resend", resend)
-	return nil
+	return false, p.sendJobs(ctx, next, nil, 0)
 }
 
 // candidates tells planning what it needs of each block in a range.

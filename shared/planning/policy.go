@@ -181,3 +181,17 @@ func (p Policy) LevelOf(minT, maxT int64) int {
 	}
 	return len(p.Ranges)
 }
+
+// MemberRanges lists the group ranges of stream st that a block of level
+// level over [minT, maxT) belongs to: at every level above its own (and at
+// its own, for an output). A block is registered in each, so that planning
+// any of them reads only its own members.
+func (p Policy) MemberRanges(st string, level int, minT, maxT int64) []GroupKey {
+	var out []GroupKey
+	for k := max(level, 1); k <= p.TopLevel(); k++ {
+		if g, ok := p.GroupFor(st, k, minT, maxT); ok {
+			out = append(out, g)
+		}
+	}
+	return out
+}

@@ -120,6 +120,54 @@ func TestDemoScenarioSmall(t *testing.T) {
 	if err != nil || env["SLUICE_BUCKET"] == "" || env["AWS_ENDPOINT_URL"] != endpoint {
 		t.Errorf("env file: %v %v", env, err)
 	}
+	checkThanos(t, sum, out.String(), filepath.Join(dir, "demo-thanos.env"))
+}
+
+// checkThanos: the demo's Thanos bucket — two servers × two replicas in
+// the single-tenant layout — ends with one block per server and range,
+// never partitioned, holding exactly the uploaded samples, and the report
+// shows Thanos' verdict (or why it was not run) next to sluice verify's.
+func checkThanos(t *testing.T, sum *demo.Summary, out, envFile string) {
+	t.Helper()
+	th := sum.Thanos
+	if th == nil || len(th.Tenants) != 1 || !th.Settled {
+		t.Fatalf("no settled Thanos deployment in the summary: %+v", th)
+	}
+	ts := th.Tenants[0]
+	if ts.Tenant != "thanos" || ts.Uploaded != 2*2*12 || ts.After[0][protocol.BlockDeleted] != ts.Uploaded {
+		t.Errorf("thanos: %d uploads (want 48), %d deleted", ts.Uploaded, ts.After[0][protocol.BlockDeleted])
+	}
+	if len(ts.Live) != 2 {
+		t.Errorf("thanos: %d live blocks, want one 24h block per server", len(ts.Live))
+	}
+	for _, lb := range ts.Live {
+		if lb.Level != 2 || lb.MaxT-lb.MinT != (24*time.Hour).Milliseconds() || lb.Series != 40 {
+			t.Errorf("thanos: live block %+v is not one server's 24h level-2 output of 40 series", lb)
+		}
+	}
+	for _, g := range ts.Groups {
+		for _, n := range g.Partitions {
+			if n != 1 {
+				t.Errorf("thanos: group %s ran a version in %d partitions; a Thanos bucket gets one block per group", g.Group, n)
+			}
+		}
+	}
+	if e := ts.Equivalence; !e.OK() || e.InputSeries != 80 || ts.Violations != 0 {
+		t.Errorf("thanos: equivalence %s, %d violations", e.String(), ts.Violations)
+	}
+	verdict := th.ThanosVerdict
+	if os.Getenv("THANOS") == "" && !strings.HasPrefix(verdict, "not run") || os.Getenv("THANOS") != "" && !strings.HasPrefix(verdict, "ok") {
+		t.Errorf("thanos verdict %q (THANOS=%q)", verdict, os.Getenv("THANOS"))
+	}
+	for _, line := range []string{"A THANOS BUCKET", "TENANT thanos (replication factor 2)", "thanos verify  " + verdict} {
+		if !strings.Contains(out, line) {
+			t.Errorf("report lacks %q", line)
+		}
+	}
+	env, err := cli.ReadEnvFile(envFile)
+	if err != nil || env["SLUICE_LAYOUT"] != "single-tenant" || env["SLUICE_TENANT"] != "thanos" || env["SLUICE_REPLICA_LABELS"] != "replica" {
+		t.Errorf("thanos env file: %v %v", env, err)
+	}
 }
 
 func TestDemoCommandRefusesBadSizes(t *testing.T) {

@@ -1,0 +1,185 @@
+package pipeline
+
+// What happens to a version whoever finds it in that state — the planner
+// (a claim lost, a stale version found) or the cleaner (completion,
+// supersession, re-drive): sending its jobs, and cleaning up after it when
+// it will never complete. On Deps, so that neither handler calls into the
+// other.
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sluice-dev/sluice/shared/messages"
+	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/protocol"
+	"github.com/sluice-dev/sluice/shared/records"
+)
+
+// sendJobs sends the job of every partition in only (all when nil).
+func (d *Deps) sendJobs(ctx context.Context, g records.Group, only []int, resend int64) error {
+	parts := only
+	if parts == nil {
+		for i := 0; i < g.Partitions; i++ {
+			parts = append(parts, i)
+		}
+	}
+	for _, i := range parts {
+		j := messages.Job{Tenant: g.Tenant, Group: g.Key.String(), Version: g.Version, Partition: i,
+			Output: outputULID(g, i).String(), Resend: resend}
+		if err := d.Send.Job(ctx, j); err != nil {
+			return err
+		}
+	}
+	d.Logger.InfoContext(ctx, "jobs sent", "tenant", g.Tenant, "group", g.Key.String(), "version", g.Version, "jobs", len(parts), "resend", resend)
+	return nil
+}
+
+// outputs reads the output records of a version's committed partitions;
+// a commit writes the record with the partition, so none may be missing.
+func (d *Deps) outputs(ctx context.Context, head records.Group, parts []records.Partition) ([]records.Block, error) {
+	var ids []string
+	for _, p := range parts {
+		if p.Output != "" {
+			ids = append(ids, p.Output)
+		}
+	}
+	outs, err := d.Store.GetBlocks(ctx, head.Tenant, ids)
+	if err != nil {
+		return nil, err
+	}
+	if len(outs) != len(ids) {
+		return nil, fmt.Errorf("%s: %d of %d output records missing", head.Ref(), len(ids)-len(outs), len(ids))
+	}
+	return outs, nil
+}
+
+// replan asks the planner to look at the group again (blocks may have
+// arrived while it was busy) and at the next level's group.
+func (d *Deps) replan(ctx context.Context, head records.Group) error {
+	groups := []planning.GroupKey{head.Key}
+	if parent, ok := d.Config.Policy.Parent(head.Key); ok {
+		groups = append(groups, parent)
+	}
+	for _, g := range groups {
+		if err := d.Send.Plan(ctx, messages.PlanRequest{Tenant: head.Tenant, Group: g.String(), Why: "after " + head.Ref()}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cleanupSuperseded releases a superseded version's claims, discards its
+// outputs (DELETE ops), sweeps orphans under its output keys, takes it off
+// the agenda and re-plans. Idempotent.
+func (d *Deps) cleanupSuperseded(ctx context.Context, head records.Group) error {
+	now := d.now()
+	srcs, err := d.Store.GetBlocks(ctx, head.Tenant, head.Sources)
+	if err != nil {
+		return err
+	}
+	for _, b := range srcs {
+		if b.State == protocol.BlockClaimed && b.ClaimedBy == head.Ref() {
+			if err := d.Store.ReleaseClaim(ctx, head.Ref(), b, now); err != nil && !records.IsConditionLost(err) {
+				return err
+			}
+		}
+	}
+	parts, err := d.Store.Partitions(ctx, head.Tenant, head.Key, head.Version)
+	if err != nil {
+		return err
+	}
+	if err := d.discardOutputs(ctx, head, parts); err != nil {
+		return err
+	}
+	if err := d.orphans(ctx, head, parts); err != nil {
+		return err
+	}
+	// Re-plan before leaving the agenda: once off it, nothing brings the
+	// group back if this cleanup dies.
+	if err := d.replan(ctx, head); err != nil {
+		return err
+	}
+	if err := d.Store.FinishVersion(ctx, head, now.Add(d.Config.OrphanDelay)); err != nil && !records.IsConditionLost(err) {
+		return err
+	}
+	return nil
+}
+
+// discardOutputs makes the PENDING outputs of a version that will never
+// complete DISCARDED and sends their DELETE ops (again for those already
+// discarded: a cleanup that died after discarding lost the op).
+func (d *Deps) discardOutputs(ctx context.Context, head records.Group, parts []records.Partition) error {
+	outs, err := d.outputs(ctx, head, parts)
+	if err != nil {
+		return err
+	}
+	for _, b := range outs {
+		switch b.State {
+		case protocol.BlockPending:
+			gen, err := d.Store.Discard(ctx, b, d.now())
+			if err != nil {
+				if records.IsConditionLost(err) {
+					continue
+				}
+				return err
+			}
+			b.Gen = gen
+		case protocol.BlockDiscarded:
+		default:
+			continue
+		}
+		if err := d.Send.Op(ctx, messages.BlockOp{Op: messages.OpDelete, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// orphans deletes every object version (and delete marker) under the output keys of a final
+// version that no record names: objects of attempts that lost. It lists
+// only those blocks' own prefixes, and only for partitions where a second
+// job can have written: more than one lease taken, or one taken and never
+// committed. On the happy path it lists nothing.
+func (d *Deps) orphans(ctx context.Context, head records.Group, parts []records.Partition) error {
+	for _, p := range parts {
+		if p.Attempt == 0 || (p.Attempt == 1 && p.State == protocol.PartitionDone) {
+			// Never leased, or leased once and committed: the one job that
+			// could write under this key is the one the record names.
+			continue
+		}
+		out := outputULID(records.Group{Tenant: head.Tenant, Key: head.Key, Version: head.Version, CreatedAt: p.CreatedAt}, p.Index)
+		id := out.String()
+		rec, known, err := d.Store.GetBlock(ctx, head.Tenant, id)
+		if err != nil {
+			return err
+		}
+		k, err := d.Config.Layout.Block(head.Tenant, out)
+		if err != nil {
+			return err
+		}
+		l, err := d.listBlock(ctx, k)
+		if err != nil {
+			return fmt.Errorf("orphans of %s: %w", head.Ref(), err)
+		}
+		var stray []messages.StrayVersion
+		for _, v := range l.versions {
+			if !known || !rec.Names(v.RelPath, v.VersionID) {
+				stray = append(stray, messages.StrayVersion{RelPath: v.RelPath, VersionID: v.VersionID})
+			}
+		}
+		if len(stray) == 0 {
+			continue
+		}
+		gen := int64(0)
+		if known {
+			gen = rec.Gen
+		}
+		d.Logger.WarnContext(ctx, "orphaned object versions found; deleting", "tenant", head.Tenant, "block", id,
+			"group", head.Key.String(), "version", head.Version, "versions", len(stray))
+		if err := sendStray(ctx, d.Send, head.Tenant, id, gen, stray); err != nil {
+			return err
+		}
+	}
+	return nil
+}
