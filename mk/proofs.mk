@@ -72,3 +72,9 @@ explore-mutants:
 .PHONY: thanos-check
 thanos-check:
 	bash scripts/thanos-check.sh
+
+## mutants: remove one guard at a time (tests/mutants/mutations.go) and print which fast-tier tests kill each: the kill table of docs/proofs.md
+.PHONY: mutants
+MUTANTS_FLAGS ?=
+mutants:
+	$(GO) run ./tests/mutants $(MUTANTS_FLAGS)
