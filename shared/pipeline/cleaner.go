@@ -23,6 +23,29 @@ import (
 // supersedes stuck versions and sweeps orphans (docs/design.md §4.3).
 type Cleaner struct{ *Deps }
 
+// records is the store as this handler uses it.
+func (c Cleaner) records() cleanerRecords { return c.Store }
+
+// cleanerRecords is what the cleaner reads and writes of the records: a
+// version's completion, retirement, supersession and quarantine, the
+// outputs' activation, the sources' retirement and deletion, and the
+// agenda (with the version work's own).
+type cleanerRecords interface {
+	versionRecords
+	Activate(ctx context.Context, b records.Block, now time.Time) (int64, error)
+	Complete(ctx context.Context, g records.Group, now time.Time) error
+	DoneAgenda(ctx context.Context, e records.AgendaEntry) error
+	Due(ctx context.Context, k records.AgendaKind, now time.Time) ([]records.AgendaEntry, error)
+	GetGroup(ctx context.Context, tenant string, g planning.GroupKey) (records.Group, bool, error)
+	PutAgenda(ctx context.Context, k records.AgendaKind, due time.Time, tenant, subject string) error
+	QuarantineGroup(ctx context.Context, g records.Group, reason string, now time.Time) error
+	QuarantineSource(ctx context.Context, g records.Group, b records.Block, reason string, now time.Time) (int64, error)
+	Retire(ctx context.Context, ref string, b records.Block, retireAt, now time.Time) (int64, error)
+	SetGroupState(ctx context.Context, g records.Group, from, to protocol.GroupState, now time.Time) error
+	StartDelete(ctx context.Context, b records.Block, ranges []planning.GroupKey, now time.Time) (int64, error)
+	Supersede(ctx context.Context, g records.Group, from protocol.GroupState, reason string, now time.Time) error
+}
+
 // Handle processes a batch from the cleaner-events queue.
 func (c Cleaner) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 	return eachMessage(ctx, c.Logger, "cleaner", ev, func(ctx context.Context, m events.SQSMessage) error {
@@ -68,7 +91,7 @@ func (c Cleaner) HandleInvoke(ctx context.Context, raw json.RawMessage) (any, er
 // state. sweeping is true when the sweep calls it: only then are stuck
 // versions superseded and lost jobs re-sent.
 func (c Cleaner) Advance(ctx context.Context, tenant string, g planning.GroupKey, sweeping bool) error {
-	head, ok, err := c.Store.GetGroup(ctx, tenant, g)
+	head, ok, err := c.records().GetGroup(ctx, tenant, g)
 	if err != nil || !ok {
 		return err
 	}
@@ -81,7 +104,7 @@ func (c Cleaner) Advance(ctx context.Context, tenant string, g planning.GroupKey
 		}
 		return nil
 	case protocol.GroupPlanned:
-		parts, err := c.Store.Partitions(ctx, tenant, g, head.Version)
+		parts, err := c.records().Partitions(ctx, tenant, g, head.Version)
 		if err != nil {
 			return err
 		}
@@ -100,7 +123,7 @@ func (c Cleaner) Advance(ctx context.Context, tenant string, g planning.GroupKey
 		if err := c.step(ctx, "cleaner.before-complete", head.Ref()); err != nil {
 			return err
 		}
-		if err := c.Store.Complete(ctx, head, now); err != nil {
+		if err := c.records().Complete(ctx, head, now); err != nil {
 			if records.IsConditionLost(err) {
 				log.InfoContext(ctx, "completion lost its condition; someone else moved the group", "lost", err)
 				return nil
@@ -111,7 +134,7 @@ func (c Cleaner) Advance(ctx context.Context, tenant string, g planning.GroupKey
 		head.State = protocol.GroupComplete
 		return c.finishComplete(ctx, head, parts)
 	case protocol.GroupComplete:
-		parts, err := c.Store.Partitions(ctx, tenant, g, head.Version)
+		parts, err := c.records().Partitions(ctx, tenant, g, head.Version)
 		if err != nil {
 			return err
 		}
@@ -124,7 +147,7 @@ func (c Cleaner) Advance(ctx context.Context, tenant string, g planning.GroupKey
 		if !sweeping {
 			return nil
 		}
-		parts, err := c.Store.Partitions(ctx, tenant, g, head.Version)
+		parts, err := c.records().Partitions(ctx, tenant, g, head.Version)
 		if err != nil {
 			return err
 		}
@@ -164,14 +187,14 @@ func (c Cleaner) finishComplete(ctx context.Context, head records.Group, parts [
 		log.InfoContext(ctx, "waiting for outputs to be published", "published", published, "outputs", len(outs))
 		return nil
 	}
-	srcs, err := c.Store.GetBlocks(ctx, head.Tenant, head.Sources)
+	srcs, err := c.records().GetBlocks(ctx, head.Tenant, head.Sources)
 	if err != nil {
 		return err
 	}
 	if err := c.retireSources(ctx, head, srcs, now, log); err != nil {
 		return err
 	}
-	if err := c.Store.SetGroupState(ctx, head, protocol.GroupComplete, protocol.GroupRetired, now); err != nil {
+	if err := c.records().SetGroupState(ctx, head, protocol.GroupComplete, protocol.GroupRetired, now); err != nil {
 		if records.IsConditionLost(err) {
 			return nil
 		}
@@ -192,7 +215,7 @@ func (c Cleaner) publishOutputs(ctx context.Context, outs []records.Block, now t
 			if err := c.step(ctx, "cleaner.before-activate", b.Key()); err != nil {
 				return 0, err
 			}
-			gen, err := c.Store.Activate(ctx, b, now)
+			gen, err := c.records().Activate(ctx, b, now)
 			if err != nil {
 				if records.IsConditionLost(err) {
 					log.InfoContext(ctx, "output activation lost; re-driven later", "block", b.ID, "lost", err)
@@ -223,7 +246,7 @@ func (c Cleaner) retireSources(ctx context.Context, head records.Group, srcs []r
 			if err := c.step(ctx, "cleaner.before-retire", b.Key()); err != nil {
 				return err
 			}
-			gen, err := c.Store.Retire(ctx, head.Ref(), b, now.Add(c.Config.DeletionDelay), now)
+			gen, err := c.records().Retire(ctx, head.Ref(), b, now.Add(c.Config.DeletionDelay), now)
 			if err != nil {
 				if !records.IsConditionLost(err) {
 					return err
@@ -231,7 +254,7 @@ func (c Cleaner) retireSources(ctx context.Context, head records.Group, srcs []r
 				// A rival retired it and may die before its MARK op goes
 				// out: look again, and send the MARK while none is recorded.
 				log.InfoContext(ctx, "retiring a source lost its condition", "block", b.ID, "lost", err)
-				cur, ok, err := c.Store.GetBlock(ctx, b.Tenant, b.ID)
+				cur, ok, err := c.records().GetBlock(ctx, b.Tenant, b.ID)
 				if err != nil {
 					return err
 				}
@@ -263,7 +286,7 @@ func (c Cleaner) finishRetired(ctx context.Context, head records.Group, parts []
 	if err := c.replan(ctx, head); err != nil {
 		return err
 	}
-	if err := c.Store.FinishVersion(ctx, head, c.now().Add(c.Config.OrphanDelay)); err != nil && !records.IsConditionLost(err) {
+	if err := c.records().FinishVersion(ctx, head, c.now().Add(c.Config.OrphanDelay)); err != nil && !records.IsConditionLost(err) {
 		return err
 	}
 	return nil
@@ -276,7 +299,7 @@ func (c Cleaner) supersede(ctx context.Context, head records.Group, from protoco
 	if err := c.step(ctx, "cleaner.before-supersede", head.Ref()); err != nil {
 		return err
 	}
-	if err := c.Store.Supersede(ctx, head, from, why, c.now()); err != nil {
+	if err := c.records().Supersede(ctx, head, from, why, c.now()); err != nil {
 		if records.IsConditionLost(err) {
 			return nil
 		}
@@ -317,12 +340,12 @@ func (c Cleaner) quarantine(ctx context.Context, head records.Group) error {
 	reason := fmt.Sprintf("%d failed attempts; last (%s): %s", head.Failures, head.LastErrorKind, head.LastError)
 	if head.LastErrorBlock != "" && slices.Contains(head.Sources, head.LastErrorBlock) {
 		reason = fmt.Sprintf("%d failed attempts blaming source %s; last (%s): %s", head.Failures, head.LastErrorBlock, head.LastErrorKind, head.LastError)
-		b, ok, err := c.Store.GetBlock(ctx, head.Tenant, head.LastErrorBlock)
+		b, ok, err := c.records().GetBlock(ctx, head.Tenant, head.LastErrorBlock)
 		if err != nil {
 			return err
 		}
 		if ok && b.State == protocol.BlockClaimed && b.ClaimedBy == head.Ref() {
-			gen, err := c.Store.QuarantineSource(ctx, head, b, reason, now)
+			gen, err := c.records().QuarantineSource(ctx, head, b, reason, now)
 			if err != nil {
 				if records.IsConditionLost(err) {
 					log.InfoContext(ctx, "quarantine lost its condition; someone else moved the group", "lost", err)
@@ -338,7 +361,7 @@ func (c Cleaner) quarantine(ctx context.Context, head records.Group) error {
 			return c.cleanupSuperseded(ctx, head)
 		}
 	}
-	if err := c.Store.QuarantineGroup(ctx, head, reason, now); err != nil {
+	if err := c.records().QuarantineGroup(ctx, head, reason, now); err != nil {
 		if records.IsConditionLost(err) {
 			log.InfoContext(ctx, "quarantine lost its condition; someone else moved the group", "lost", err)
 			return nil
@@ -354,7 +377,7 @@ func (c Cleaner) quarantine(ctx context.Context, head records.Group) error {
 // ops), sweeps orphans under its output keys and takes it off the active
 // agenda; its sources stay claimed. Idempotent.
 func (c Cleaner) cleanupQuarantined(ctx context.Context, head records.Group) error {
-	parts, err := c.Store.Partitions(ctx, head.Tenant, head.Key, head.Version)
+	parts, err := c.records().Partitions(ctx, head.Tenant, head.Key, head.Version)
 	if err != nil {
 		return err
 	}
@@ -364,7 +387,7 @@ func (c Cleaner) cleanupQuarantined(ctx context.Context, head records.Group) err
 	if err := c.orphans(ctx, head, parts); err != nil {
 		return err
 	}
-	if err := c.Store.FinishVersion(ctx, head, c.now().Add(c.Config.OrphanDelay)); err != nil && !records.IsConditionLost(err) {
+	if err := c.records().FinishVersion(ctx, head, c.now().Add(c.Config.OrphanDelay)); err != nil && !records.IsConditionLost(err) {
 		return err
 	}
 	return nil
@@ -400,7 +423,7 @@ func (c Cleaner) Sweep(ctx context.Context) error {
 	now := c.now()
 	c.Logger.InfoContext(ctx, "sweep started")
 	var errs []error
-	active, err := c.Store.Due(ctx, records.AgendaActive, now)
+	active, err := c.records().Due(ctx, records.AgendaActive, now)
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
@@ -413,12 +436,12 @@ func (c Cleaner) Sweep(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("advance %s/%s: %w", e.Tenant, e.Subject, err))
 		}
 	}
-	deletes, err := c.Store.Due(ctx, records.AgendaDelete, now)
+	deletes, err := c.records().Due(ctx, records.AgendaDelete, now)
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
 	errs = append(errs, forEach(ctx, deletes, max(c.Config.SweepParallelism, 1), c.deleteRetired)...)
-	ranges, err := c.Store.Due(ctx, records.AgendaRange, now)
+	ranges, err := c.records().Due(ctx, records.AgendaRange, now)
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
@@ -427,11 +450,11 @@ func (c Cleaner) Sweep(ctx context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
-		if err := c.Store.DoneAgenda(ctx, e); err != nil {
+		if err := c.records().DoneAgenda(ctx, e); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	orphans, err := c.Store.Due(ctx, records.AgendaOrphans, now)
+	orphans, err := c.records().Due(ctx, records.AgendaOrphans, now)
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
@@ -480,28 +503,28 @@ func forEach(ctx context.Context, entries []records.AgendaEntry, limit int, fn f
 // between finds the block DELETED next time and sends its DELETE op again
 // (ops are idempotent), so no deleted block keeps its objects.
 func (c Cleaner) deleteRetired(ctx context.Context, e records.AgendaEntry) error {
-	b, ok, err := c.Store.GetBlock(ctx, e.Tenant, e.Subject)
+	b, ok, err := c.records().GetBlock(ctx, e.Tenant, e.Subject)
 	if err != nil {
 		return err
 	}
 	now := c.now()
 	switch {
 	case !ok || (b.State != protocol.BlockRetiring && b.State != protocol.BlockDeleted):
-		return c.Store.DoneAgenda(ctx, e)
+		return c.records().DoneAgenda(ctx, e)
 	case b.State == protocol.BlockRetiring && b.MarkVersionID == "":
 		c.Logger.WarnContext(ctx, "retired block has no recorded deletion mark yet; sending its MARK again", "tenant", b.Tenant, "block", b.ID, "gen", b.Gen)
 		return c.Send.Op(ctx, messages.BlockOp{Op: messages.OpMark, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen})
 	case b.State == protocol.BlockRetiring && now.UnixMilli() < b.MarkedAt+c.Config.DeletionDelay.Milliseconds():
 		due := time.UnixMilli(b.MarkedAt + c.Config.DeletionDelay.Milliseconds())
-		if err := c.Store.PutAgenda(ctx, records.AgendaDelete, due, b.Tenant, b.ID); err != nil {
+		if err := c.records().PutAgenda(ctx, records.AgendaDelete, due, b.Tenant, b.ID); err != nil {
 			return err
 		}
-		return c.Store.DoneAgenda(ctx, e)
+		return c.records().DoneAgenda(ctx, e)
 	case b.State == protocol.BlockRetiring:
 		if err := c.step(ctx, "cleaner.before-delete", b.Key()); err != nil {
 			return err
 		}
-		gen, err := c.Store.StartDelete(ctx, b, c.Config.Policy.MemberRanges(b.Stream, b.Level, b.MinT, b.MaxT), now)
+		gen, err := c.records().StartDelete(ctx, b, c.Config.Policy.MemberRanges(b.Stream, b.Level, b.MinT, b.MaxT), now)
 		if err != nil {
 			if records.IsConditionLost(err) {
 				return nil // a rival sweep moved it; the next sweep sees where it is
@@ -513,7 +536,7 @@ func (c Cleaner) deleteRetired(ctx context.Context, e records.AgendaEntry) error
 	if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpDelete, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen}); err != nil {
 		return err
 	}
-	return c.Store.DoneAgenda(ctx, e)
+	return c.records().DoneAgenda(ctx, e)
 }
 
 func (c Cleaner) secondOrphanSweep(ctx context.Context, e records.AgendaEntry) error {
@@ -521,17 +544,17 @@ func (c Cleaner) secondOrphanSweep(ctx context.Context, e records.AgendaEntry) e
 	var v int64
 	at := strings.LastIndex(e.Subject, "@v")
 	if at < 0 {
-		return c.Store.DoneAgenda(ctx, e)
+		return c.records().DoneAgenda(ctx, e)
 	}
 	gs = e.Subject[:at]
 	if _, err := fmt.Sscan(e.Subject[at+2:], &v); err != nil {
-		return c.Store.DoneAgenda(ctx, e)
+		return c.records().DoneAgenda(ctx, e)
 	}
 	g, err := planning.ParseGroupKey(gs)
 	if err != nil {
-		return c.Store.DoneAgenda(ctx, e)
+		return c.records().DoneAgenda(ctx, e)
 	}
-	parts, err := c.Store.Partitions(ctx, e.Tenant, g, v)
+	parts, err := c.records().Partitions(ctx, e.Tenant, g, v)
 	if err != nil {
 		return err
 	}
@@ -539,5 +562,5 @@ func (c Cleaner) secondOrphanSweep(ctx context.Context, e records.AgendaEntry) e
 	if err := c.orphans(ctx, version, parts); err != nil {
 		return err
 	}
-	return c.Store.DoneAgenda(ctx, e)
+	return c.records().DoneAgenda(ctx, e)
 }

@@ -33,6 +33,21 @@ import (
 // If-None-Match, commit fenced on the group version and the lease.
 type Compact struct{ *Deps }
 
+// records is the store as this handler uses it.
+func (c Compact) records() jobRecords { return c.Store }
+
+// jobRecords is what a compaction job reads and writes of the records:
+// its version, sources and stream, and the lease, commit and failure of
+// its partition. Nothing else — a job never touches blocks' states.
+type jobRecords interface {
+	GetGroup(ctx context.Context, tenant string, g planning.GroupKey) (records.Group, bool, error)
+	GetBlocks(ctx context.Context, tenant string, ids []string) ([]records.Block, error)
+	GetStream(ctx context.Context, tenant, id string) (records.StreamRecord, bool, error)
+	Lease(ctx context.Context, tenant string, g planning.GroupKey, v int64, p int, owner string, now, leaseUntil time.Time, maxFailures int) (int, error)
+	Commit(ctx context.Context, tenant string, g planning.GroupKey, v int64, p int, owner string, output *records.Block, ranges []planning.GroupKey, now time.Time) error
+	RecordFailure(ctx context.Context, tenant string, g planning.GroupKey, v int64, p int, owner string, f records.Failure, now time.Time) error
+}
+
 // Handle processes a batch from the compaction-jobs queue.
 func (c Compact) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 	return eachMessage(ctx, c.Logger, "compact", ev, func(ctx context.Context, m events.SQSMessage) error {
@@ -69,7 +84,7 @@ func (c Compact) Run(ctx context.Context, job messages.Job) error {
 	if err := c.step(ctx, "compact.before-lease", ref); err != nil {
 		return err
 	}
-	attempt, err := c.Store.Lease(ctx, job.Tenant, g, job.Version, job.Partition, owner, now, now.Add(c.Config.LeaseDuration), c.Config.MaxJobAttempts)
+	attempt, err := c.records().Lease(ctx, job.Tenant, g, job.Version, job.Partition, owner, now, now.Add(c.Config.LeaseDuration), c.Config.MaxJobAttempts)
 	if err != nil {
 		if errors.Is(err, records.ErrAttemptsExhausted) {
 			log.WarnContext(ctx, "the version's jobs failed too often; not running again, the cleaner quarantines", "err", err)
@@ -83,7 +98,7 @@ func (c Compact) Run(ctx context.Context, job messages.Job) error {
 	}
 	log = log.With("attempt", attempt, "owner", owner)
 	log.InfoContext(ctx, "lease taken")
-	head, ok, err := c.Store.GetGroup(ctx, job.Tenant, g)
+	head, ok, err := c.records().GetGroup(ctx, job.Tenant, g)
 	if err != nil {
 		return err
 	}
@@ -91,7 +106,7 @@ func (c Compact) Run(ctx context.Context, job messages.Job) error {
 		log.InfoContext(ctx, "version moved on after the lease; stopping")
 		return nil
 	}
-	srcs, err := c.Store.GetBlocks(ctx, job.Tenant, head.Sources)
+	srcs, err := c.records().GetBlocks(ctx, job.Tenant, head.Sources)
 	if err != nil {
 		return err
 	}
@@ -122,7 +137,7 @@ func (c Compact) Run(ctx context.Context, job messages.Job) error {
 	if out != nil {
 		ranges = c.Config.Policy.MemberRanges(g.Stream, g.Level, out.MinT, out.MaxT)
 	}
-	if err := c.Store.Commit(ctx, job.Tenant, g, job.Version, job.Partition, owner, out, ranges, c.now()); err != nil {
+	if err := c.records().Commit(ctx, job.Tenant, g, job.Version, job.Partition, owner, out, ranges, c.now()); err != nil {
 		if !records.IsConditionLost(err) {
 			return err
 		}
@@ -194,7 +209,7 @@ func (c Compact) classify(ctx, work context.Context, err error) (records.Failure
 // partition or quarantines; the job message is then acknowledged.
 func (c Compact) fail(ctx context.Context, job messages.Job, g planning.GroupKey, owner string, f records.Failure, log *slog.Logger) error {
 	log.ErrorContext(ctx, "job attempt failed", "kind", f.Kind, "blames", f.Block, "err", f.Message)
-	if err := c.Store.RecordFailure(ctx, job.Tenant, g, job.Version, job.Partition, owner, f, c.now()); err != nil {
+	if err := c.records().RecordFailure(ctx, job.Tenant, g, job.Version, job.Partition, owner, f, c.now()); err != nil {
 		if records.IsConditionLost(err) {
 			log.InfoContext(ctx, "the failure was not recorded: the version or the lease moved on", "lost", err)
 			return nil
@@ -271,7 +286,7 @@ func (c Compact) stream(ctx context.Context, head records.Group, srcs []records.
 			return stream.Stream{}, jobError{fmt.Errorf("version %s: source %s is of stream %s, not the group's: refusing to mix streams", head.Ref(), b.Key(), b.Stream)}
 		}
 	}
-	sr, ok, err := c.Store.GetStream(ctx, head.Tenant, head.Key.Stream)
+	sr, ok, err := c.records().GetStream(ctx, head.Tenant, head.Key.Stream)
 	if err != nil {
 		return stream.Stream{}, err
 	}

@@ -51,6 +51,14 @@ type Step string
 type Hook func(ctx context.Context, step Step, subject string) error
 
 // Deps are what every handler needs. Build them once per process.
+//
+// Store is the wiring's one store; a handler reaches it only through its
+// records() method, typed as the interface the handler declares beside
+// itself (jobRecords, opRecords, plannerRecords, cleanerRecords, and
+// versionRecords for the work on a version both planner and cleaner do),
+// so each handler's reach into the records is written down and checked by
+// the compiler. It is read at every call, not copied at construction:
+// tests swap it for a watched store after the handlers are wired.
 type Deps struct {
 	Config config.Config
 	Store  *records.Store

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -28,6 +29,26 @@ import (
 
 // Planner registers uploaded blocks and plans group versions (docs/design.md §4.1).
 type Planner struct{ *Deps }
+
+// records is the store as this handler uses it.
+func (p Planner) records() plannerRecords { return p.Store }
+
+// plannerRecords is what the planner reads and writes of the records:
+// registrations, a range's blocks, a group's head, its versions and claims,
+// and what `sluice retry` releases (with the version work's own).
+type plannerRecords interface {
+	versionRecords
+	Claim(ctx context.Context, g records.Group, srcs []records.Block, now time.Time) error
+	CreateVersion(ctx context.Context, prev, next records.Group, now, prevOrphansAt time.Time) error
+	GetGroup(ctx context.Context, tenant string, g planning.GroupKey) (records.Group, bool, error)
+	PutAgenda(ctx context.Context, k records.AgendaKind, due time.Time, tenant, subject string) error
+	RangeBlocks(ctx context.Context, tenant string, g planning.GroupKey) ([]records.Block, error)
+	RegisterBlock(ctx context.Context, b records.Block, ranges []planning.GroupKey, sr *records.StreamRecord) error
+	ReleaseBlock(ctx context.Context, b records.Block, now time.Time) (int64, error)
+	ReleaseGroup(ctx context.Context, g records.Group, now time.Time) error
+	SetGroupState(ctx context.Context, g records.Group, from, to protocol.GroupState, now time.Time) error
+	Supersede(ctx context.Context, g records.Group, from protocol.GroupState, reason string, now time.Time) error
+}
 
 // Handle processes a batch from the block-events queue: S3 ObjectCreated
 // events and the cleaner's plan requests.
@@ -86,7 +107,7 @@ func (p Planner) handleObject(ctx context.Context, o s3event.ObjectCreated) erro
 		}
 		return err
 	}
-	b, known, err := p.Store.GetBlock(ctx, k.Tenant, k.Block.String())
+	b, known, err := p.records().GetBlock(ctx, k.Tenant, k.Block.String())
 	if err != nil {
 		return err
 	}
@@ -95,7 +116,7 @@ func (p Planner) handleObject(ctx context.Context, o s3event.ObjectCreated) erro
 		if records.IsConditionLost(err) {
 			// A rival registered it first, perhaps from other versions:
 			// ours are then a re-upload's.
-			b, known, err = p.Store.GetBlock(ctx, k.Tenant, k.Block.String())
+			b, known, err = p.records().GetBlock(ctx, k.Tenant, k.Block.String())
 			if err == nil && !known {
 				err = fmt.Errorf("register %s: lost to a record that is gone", k.BlockKey())
 			}
@@ -159,7 +180,7 @@ func (p Planner) register(ctx context.Context, k blockkey.Key, body []byte, vid 
 			b.Meta = "" // never read again; the reason tells what was wrong
 		}
 		log.ErrorContext(ctx, "block rejected: it will not be compacted", "key", k.Object(blockkey.MetaFile), "reason", reason)
-		return b, p.Store.RegisterBlock(ctx, b, nil, nil)
+		return b, p.records().RegisterBlock(ctx, b, nil, nil)
 	}
 	if b.NoCompact {
 		log.InfoContext(ctx, "block carries a no-compact mark; it is never a source")
@@ -168,7 +189,7 @@ func (p Planner) register(ctx context.Context, k blockkey.Key, body []byte, vid 
 		return b, err
 	}
 	sr := &records.StreamRecord{ID: b.Stream, Labels: st.Labels, Resolution: st.Resolution}
-	if err := p.Store.RegisterBlock(ctx, b, p.Config.Policy.MemberRanges(b.Stream, b.Level, b.MinT, b.MaxT), sr); err != nil {
+	if err := p.records().RegisterBlock(ctx, b, p.Config.Policy.MemberRanges(b.Stream, b.Level, b.MinT, b.MaxT), sr); err != nil {
 		return b, err
 	}
 	log.InfoContext(ctx, "block registered", "stream", st.String(), "streamID", b.Stream, "minT", b.MinT, "maxT", b.MaxT, "level", b.Level,
@@ -253,7 +274,7 @@ func (p Planner) Retry(ctx context.Context, req messages.RetryRequest) error {
 		if err != nil {
 			return err
 		}
-		head, ok, err := p.Store.GetGroup(ctx, req.Tenant, g)
+		head, ok, err := p.records().GetGroup(ctx, req.Tenant, g)
 		if err != nil {
 			return err
 		}
@@ -261,7 +282,7 @@ func (p Planner) Retry(ctx context.Context, req messages.RetryRequest) error {
 			log.WarnContext(ctx, "retry of a group that is not quarantined; nothing to do", "state", head.State)
 			return nil
 		}
-		if err := p.Store.ReleaseGroup(ctx, head, p.now()); err != nil {
+		if err := p.records().ReleaseGroup(ctx, head, p.now()); err != nil {
 			if records.IsConditionLost(err) {
 				return nil
 			}
@@ -271,7 +292,7 @@ func (p Planner) Retry(ctx context.Context, req messages.RetryRequest) error {
 		head.State = protocol.GroupSuperseded
 		return p.cleanupSuperseded(ctx, head)
 	}
-	b, ok, err := p.Store.GetBlock(ctx, req.Tenant, req.Block)
+	b, ok, err := p.records().GetBlock(ctx, req.Tenant, req.Block)
 	if err != nil {
 		return err
 	}
@@ -305,7 +326,7 @@ func (p Planner) Retry(ctx context.Context, req messages.RetryRequest) error {
 	old := b
 	b.Files, b.Meta, b.MetaVersionID = fresh.Files, fresh.Meta, fresh.MetaVersionID
 	b.Series, b.Samples, b.IndexBytes = fresh.Series, fresh.Samples, fresh.IndexBytes
-	gen, err := p.Store.ReleaseBlock(ctx, b, p.now())
+	gen, err := p.records().ReleaseBlock(ctx, b, p.now())
 	if err != nil {
 		if records.IsConditionLost(err) {
 			return nil
@@ -445,7 +466,7 @@ func (p Planner) getObject(ctx context.Context, key, vid string) ([]byte, string
 func (p Planner) planFor(ctx context.Context, b records.Block) error {
 	var lookupErr error
 	g, ok := p.Config.Policy.Target(b.Stream, b.Level, b.MinT, b.MaxT, func(g planning.GroupKey) bool {
-		head, found, err := p.Store.GetGroup(ctx, b.Tenant, g)
+		head, found, err := p.records().GetGroup(ctx, b.Tenant, g)
 		if err != nil {
 			lookupErr = err
 		}
@@ -482,7 +503,7 @@ func (p Planner) PlanGroup(ctx context.Context, tenant string, g planning.GroupK
 
 func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKey) (again bool, err error) {
 	log := p.Logger.With("tenant", tenant, "group", g.String())
-	head, _, err := p.Store.GetGroup(ctx, tenant, g)
+	head, _, err := p.records().GetGroup(ctx, tenant, g)
 	if err != nil {
 		return false, err
 	}
@@ -494,7 +515,7 @@ func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKe
 		log.WarnContext(ctx, "group quarantined; not planning until 'sluice retry'", "version", head.Version, "reason", head.Reason)
 		return false, nil
 	}
-	blocks, err := p.Store.RangeBlocks(ctx, tenant, g)
+	blocks, err := p.records().RangeBlocks(ctx, tenant, g)
 	if err != nil {
 		return false, err
 	}
@@ -503,7 +524,7 @@ func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKe
 	if len(dec.Sources) == 0 {
 		log.InfoContext(ctx, "nothing to plan", "why", dec.Wait, "blocks", len(blocks))
 		if dec.ClosesAt > 0 {
-			return false, p.Store.PutAgenda(ctx, records.AgendaRange, timeMs(dec.ClosesAt), tenant, g.String())
+			return false, p.records().PutAgenda(ctx, records.AgendaRange, timeMs(dec.ClosesAt), tenant, g.String())
 		}
 		return false, nil
 	}
@@ -539,7 +560,7 @@ func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKe
 	if err := p.step(ctx, "planner.before-create", next.Ref()); err != nil {
 		return false, err
 	}
-	if err := p.Store.CreateVersion(ctx, head, next, now, now.Add(p.Config.OrphanDelay)); err != nil {
+	if err := p.records().CreateVersion(ctx, head, next, now, now.Add(p.Config.OrphanDelay)); err != nil {
 		if records.IsConditionLost(err) {
 			log.InfoContext(ctx, "another planner created this version first; backing off", "lost", err)
 			return false, nil
@@ -550,12 +571,12 @@ func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKe
 	if err := p.step(ctx, "planner.before-claim", next.Ref()); err != nil {
 		return false, err
 	}
-	if err := p.Store.Claim(ctx, next, srcs, now); err != nil {
+	if err := p.records().Claim(ctx, next, srcs, now); err != nil {
 		if !records.IsConditionLost(err) {
 			return false, err
 		}
 		log.WarnContext(ctx, "a claim was lost; abandoning the version and re-planning", "lost", err)
-		if err := p.Store.Supersede(ctx, next, protocol.GroupClaiming, "a claim was lost: "+err.Error(), p.now()); err != nil && !records.IsConditionLost(err) {
+		if err := p.records().Supersede(ctx, next, protocol.GroupClaiming, "a claim was lost: "+err.Error(), p.now()); err != nil && !records.IsConditionLost(err) {
 			return false, err
 		}
 		next.State = protocol.GroupSuperseded
@@ -564,7 +585,7 @@ func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKe
 	if err := p.step(ctx, "planner.before-planned", next.Ref()); err != nil {
 		return false, err
 	}
-	if err := p.Store.SetGroupState(ctx, next, protocol.GroupClaiming, protocol.GroupPlanned, p.now()); err != nil {
+	if err := p.records().SetGroupState(ctx, next, protocol.GroupClaiming, protocol.GroupPlanned, p.now()); err != nil {
 		if records.IsConditionLost(err) {
 			log.WarnContext(ctx, "version was superseded while claiming", "lost", err)
 			return false, nil

@@ -29,6 +29,19 @@ import (
 // gen is still the op's, and every delete names a VersionId.
 type Uploader struct{ *Deps }
 
+// records is the store as this handler uses it.
+func (u Uploader) records() opRecords { return u.Store }
+
+// opRecords is what the uploader reads and writes of the records: a
+// block, and the object versions its ops wrote, each at the op's gen.
+type opRecords interface {
+	GetBlock(ctx context.Context, tenant, id string) (records.Block, bool, error)
+	MarkPublished(ctx context.Context, tenant, id string, gen int64, vid string, now time.Time) error
+	RecordMark(ctx context.Context, tenant, id string, gen int64, vid string, now time.Time) error
+	RecordNoCompactMark(ctx context.Context, tenant, id string, gen int64, vid string, ours bool, now time.Time) error
+	ForgetNoCompactMark(ctx context.Context, tenant, id string, gen int64, vid string, now time.Time) error
+}
+
 // Handle processes a batch from the block-ops queue.
 func (u Uploader) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 	return eachMessage(ctx, u.Logger, "uploader", ev, func(ctx context.Context, m events.SQSMessage) error {
@@ -55,7 +68,7 @@ func (u Uploader) Execute(ctx context.Context, op messages.BlockOp) error {
 	if err != nil {
 		return err
 	}
-	b, known, err := u.Store.GetBlock(ctx, op.Tenant, op.Block)
+	b, known, err := u.records().GetBlock(ctx, op.Tenant, op.Block)
 	if err != nil {
 		return err
 	}
@@ -105,7 +118,7 @@ func (u Uploader) markNoCompact(ctx context.Context, k blockkey.Key, b records.B
 	if err != nil {
 		return err
 	}
-	if err := u.Store.RecordNoCompactMark(ctx, b.Tenant, b.ID, b.Gen, vid, ours, u.now()); err != nil {
+	if err := u.records().RecordNoCompactMark(ctx, b.Tenant, b.ID, b.Gen, vid, ours, u.now()); err != nil {
 		if records.IsConditionLost(err) {
 			log.WarnContext(ctx, "block moved on while writing its no-compact mark", "lost", err)
 			return nil
@@ -128,7 +141,7 @@ func (u Uploader) unmarkNoCompact(ctx context.Context, k blockkey.Key, b records
 			return err
 		}
 	}
-	if err := u.Store.ForgetNoCompactMark(ctx, b.Tenant, b.ID, b.Gen, b.NoCompactMarkVersionID, u.now()); err != nil {
+	if err := u.records().ForgetNoCompactMark(ctx, b.Tenant, b.ID, b.Gen, b.NoCompactMarkVersionID, u.now()); err != nil {
 		if records.IsConditionLost(err) {
 			log.WarnContext(ctx, "block moved on while removing its no-compact mark", "lost", err)
 			return nil
@@ -153,7 +166,7 @@ func (u Uploader) publish(ctx context.Context, k blockkey.Key, b records.Block, 
 	if err := u.step(ctx, "uploader.meta-written", b.Key()); err != nil {
 		return err
 	}
-	if err := u.Store.MarkPublished(ctx, b.Tenant, b.ID, b.Gen, vid, u.now()); err != nil {
+	if err := u.records().MarkPublished(ctx, b.Tenant, b.ID, b.Gen, vid, u.now()); err != nil {
 		if records.IsConditionLost(err) {
 			log.WarnContext(ctx, "block moved on while publishing", "lost", err)
 			return nil
@@ -189,7 +202,7 @@ func (u Uploader) mark(ctx context.Context, k blockkey.Key, b records.Block, log
 	if err := u.step(ctx, "uploader.mark-written", b.Key()); err != nil {
 		return err
 	}
-	if err := u.Store.RecordMark(ctx, b.Tenant, b.ID, b.Gen, vid, u.now()); err != nil {
+	if err := u.records().RecordMark(ctx, b.Tenant, b.ID, b.Gen, vid, u.now()); err != nil {
 		if records.IsConditionLost(err) {
 			log.WarnContext(ctx, "block moved on while marking", "lost", err)
 			return nil

@@ -9,12 +9,28 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 )
+
+// versionRecords is what the work on a version both handlers do reads and
+// writes of the records: its sources and outputs, its partitions, and the
+// releases, discards and agenda change of its cleanup.
+type versionRecords interface {
+	GetBlock(ctx context.Context, tenant, id string) (b records.Block, ok bool, err error)
+	GetBlocks(ctx context.Context, tenant string, ids []string) ([]records.Block, error)
+	Partitions(ctx context.Context, tenant string, g planning.GroupKey, v int64) ([]records.Partition, error)
+	ReleaseClaim(ctx context.Context, ref string, b records.Block, now time.Time) error
+	Discard(ctx context.Context, b records.Block, now time.Time) (int64, error)
+	FinishVersion(ctx context.Context, g records.Group, orphansAt time.Time) error
+}
+
+// versionRecords is the store as the version work uses it.
+func (d *Deps) versionRecords() versionRecords { return d.Store }
 
 // sendJobs sends the job of every partition in only (all when nil).
 func (d *Deps) sendJobs(ctx context.Context, g records.Group, only []int, resend int64) error {
@@ -44,7 +60,7 @@ func (d *Deps) outputs(ctx context.Context, head records.Group, parts []records.
 			ids = append(ids, p.Output)
 		}
 	}
-	outs, err := d.Store.GetBlocks(ctx, head.Tenant, ids)
+	outs, err := d.versionRecords().GetBlocks(ctx, head.Tenant, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -74,18 +90,18 @@ func (d *Deps) replan(ctx context.Context, head records.Group) error {
 // the agenda and re-plans. Idempotent.
 func (d *Deps) cleanupSuperseded(ctx context.Context, head records.Group) error {
 	now := d.now()
-	srcs, err := d.Store.GetBlocks(ctx, head.Tenant, head.Sources)
+	srcs, err := d.versionRecords().GetBlocks(ctx, head.Tenant, head.Sources)
 	if err != nil {
 		return err
 	}
 	for _, b := range srcs {
 		if b.State == protocol.BlockClaimed && b.ClaimedBy == head.Ref() {
-			if err := d.Store.ReleaseClaim(ctx, head.Ref(), b, now); err != nil && !records.IsConditionLost(err) {
+			if err := d.versionRecords().ReleaseClaim(ctx, head.Ref(), b, now); err != nil && !records.IsConditionLost(err) {
 				return err
 			}
 		}
 	}
-	parts, err := d.Store.Partitions(ctx, head.Tenant, head.Key, head.Version)
+	parts, err := d.versionRecords().Partitions(ctx, head.Tenant, head.Key, head.Version)
 	if err != nil {
 		return err
 	}
@@ -100,7 +116,7 @@ func (d *Deps) cleanupSuperseded(ctx context.Context, head records.Group) error 
 	if err := d.replan(ctx, head); err != nil {
 		return err
 	}
-	if err := d.Store.FinishVersion(ctx, head, now.Add(d.Config.OrphanDelay)); err != nil && !records.IsConditionLost(err) {
+	if err := d.versionRecords().FinishVersion(ctx, head, now.Add(d.Config.OrphanDelay)); err != nil && !records.IsConditionLost(err) {
 		return err
 	}
 	return nil
@@ -117,7 +133,7 @@ func (d *Deps) discardOutputs(ctx context.Context, head records.Group, parts []r
 	for _, b := range outs {
 		switch b.State {
 		case protocol.BlockPending:
-			gen, err := d.Store.Discard(ctx, b, d.now())
+			gen, err := d.versionRecords().Discard(ctx, b, d.now())
 			if err != nil {
 				if records.IsConditionLost(err) {
 					continue
@@ -150,7 +166,7 @@ func (d *Deps) orphans(ctx context.Context, head records.Group, parts []records.
 		}
 		out := outputULID(records.Group{Tenant: head.Tenant, Key: head.Key, Version: head.Version, CreatedAt: p.CreatedAt}, p.Index)
 		id := out.String()
-		rec, known, err := d.Store.GetBlock(ctx, head.Tenant, id)
+		rec, known, err := d.versionRecords().GetBlock(ctx, head.Tenant, id)
 		if err != nil {
 			return err
 		}
