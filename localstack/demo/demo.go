@@ -11,6 +11,7 @@
 package demo
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -272,21 +273,36 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	}
 	fmt.Fprintf(r.out, "Sluice demo: %d tenants × %dh of 2h blocks, compacted race-free against the emulator at %s\n\n",
 		len(opts.Tenants), opts.Hours, opts.Endpoint)
-	if err := r.scenario(ctx); err != nil {
+	// The Thanos deployment runs beside the main one (each its own bucket,
+	// table, queues and pipeline; the two mostly wait on delays), its
+	// report held back and printed after the main one's.
+	var thanos *run
+	var thanosOut bytes.Buffer
+	thanosDone := make(chan error, 1)
+	if !opts.SkipThanos {
+		to := thanosOptions(opts)
+		to.Out, to.Progress = &thanosOut, nil
+		if thanos, err = newRun(ctx, to); err != nil {
+			return nil, err
+		}
+		thanos.thanos = true
+		go func() { thanosDone <- thanos.scenario(ctx) }()
+	}
+	err = r.scenario(ctx)
+	if thanos != nil {
+		terr := <-thanosDone
+		if err == nil && terr != nil {
+			err = fmt.Errorf("the Thanos deployment: %w", terr)
+		}
+	}
+	if err != nil {
 		return nil, err
 	}
-	if !opts.SkipThanos {
-		t, err := newRun(ctx, thanosOptions(opts))
-		if err != nil {
-			return nil, err
-		}
-		t.thanos = true
-		fmt.Fprintf(r.out, "\nA THANOS BUCKET: the same pipeline over a single-tenant (Thanos) layout\n\n")
-		if err := t.scenario(ctx); err != nil {
-			return nil, err
-		}
-		r.sum.Thanos = t.sum
-		for _, f := range t.sum.Failures {
+	if thanos != nil {
+		fmt.Fprintf(r.out, "\nA THANOS BUCKET: the same pipeline over a single-tenant (Thanos) layout, run beside the first\n\n")
+		_, _ = io.Copy(r.out, &thanosOut)
+		r.sum.Thanos = thanos.sum
+		for _, f := range thanos.sum.Failures {
 			r.sum.Failures = append(r.sum.Failures, "thanos: "+f)
 		}
 	}

@@ -266,6 +266,25 @@ func TestCreateVersionNamesWhatItRead(t *testing.T) {
 	if err := w.store.CreateVersion(w.ctx, g, next, w.now, w.now); !records.IsConditionLost(err) {
 		t.Fatalf("v2 over a PLANNED v1: %v, want lost", err)
 	}
+	// A planner read v1 final; meanwhile v2 was created and superseded.
+	// The head is final again: the version in the condition (and v2's
+	// partition items, created absent) stop a creation over the v1 it read
+	// from overwriting v2.
+	if err := w.store.SetGroupState(w.ctx, g, protocol.GroupPlanned, protocol.GroupSuperseded, w.now); err != nil {
+		t.Fatal(err)
+	}
+	v1 := g
+	v1.State = protocol.GroupSuperseded
+	v2 := records.Group{Tenant: "acme", Key: g12, Version: 2, State: protocol.GroupClaiming, Partitions: 1}
+	if err := w.store.CreateVersion(w.ctx, v1, v2, w.now, w.now); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.store.Supersede(w.ctx, v2, protocol.GroupClaiming, "test", w.now); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.store.CreateVersion(w.ctx, v1, v2, w.now, w.now); !records.IsConditionLost(err) {
+		t.Fatalf("v2 again over the v1 read, with v2 superseded since: %v, want lost", err)
+	}
 	stale := records.Group{Tenant: "acme", Key: g12, Version: 0}
 	if err := w.store.CreateVersion(w.ctx, stale, records.Group{Tenant: "acme", Key: g12, Version: 1, State: protocol.GroupClaiming, Partitions: 1}, w.now, w.now); !records.IsConditionLost(err) {
 		t.Fatalf("v1 again from a stale read: %v, want lost", err)

@@ -1,8 +1,9 @@
 // Command mutants is `make mutants`: it removes one guard at a time from
 // a copy of the tree (mutations.go lists them), runs the protocol's fast
-// tier against each copy — the records tests, the incident replays, the
-// explorer and the oracles' own tests, on the in-memory AWS — and prints
-// which tests killed each mutant: the kill table of docs/proofs.md.
+// tier against each copy — the protocol table's properties, the records
+// tests, the incident replays, the explorer and the oracles' own tests, on
+// the in-memory AWS — and prints which tests killed each mutant: the kill
+// table of docs/proofs.md.
 //
 // A mutant no test kills is a guard the suite does not prove necessary;
 // the table says so rather than hiding it. The repository is never
@@ -29,7 +30,7 @@ import (
 )
 
 // packages are the fast tier that judges every mutant.
-var packages = []string{"./shared/records", "./tests/races", "./tests/explore", "./tests/testworld"}
+var packages = []string{"./shared/protocol", "./shared/records", "./tests/races", "./tests/explore", "./tests/testworld"}
 
 func main() {
 	only := flag.String("only", "", "comma-separated mutation ids to run (default: all)")
@@ -135,7 +136,9 @@ func try(ctx context.Context, root, dir string, m mutation) (result, error) {
 		}
 	}
 	start := time.Now()
-	args := append([]string{"test", "-short", "-count=1", "-json", "-timeout", "15m"}, packages...)
+	// The docs' copy of the protocol table differs under every table
+	// mutation; that says nothing about behaviour, so it does not count.
+	args := append([]string{"test", "-short", "-count=1", "-json", "-timeout", "15m", "-skip", "^TestDocsHoldTheTable$"}, packages...)
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "SLUICE_BACKEND=memory")
@@ -193,6 +196,9 @@ func report(w io.Writer, results []result) {
 	fmt.Fprintln(w, "|---|---|---|")
 	for _, r := range results {
 		by := "**survived**"
+		if r.broke {
+			by = "(did not build)"
+		}
 		if r.killed {
 			var shown []string
 			for i, f := range r.failing {
