@@ -559,6 +559,14 @@ func (c Cleaner) secondOrphanSweep(ctx context.Context, e records.AgendaEntry) e
 		return err
 	}
 	version := records.Group{Tenant: e.Tenant, Key: g, Version: v, Partitions: len(parts)}
+	// A cleanup that died after discarding an output and before its DELETE
+	// op went out is not re-driven once the next version holds the group's
+	// active entry; this sweep is the version's last visit, so it re-sends
+	// those ops (and discards outputs still PENDING) before the orphans
+	// (chaos seed 11: the discarded output's files stayed for good).
+	if err := c.discardOutputs(ctx, version, parts); err != nil {
+		return err
+	}
 	if err := c.orphans(ctx, version, parts); err != nil {
 		return err
 	}

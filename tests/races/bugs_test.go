@@ -118,6 +118,43 @@ func TestBugDeleteLostWhenCleanupDiesAfterDiscard(t *testing.T) {
 	w.finish()
 }
 
+// TestBugDeleteLostWhenNextVersionComesFirst (chaos seed 11, CI run 13):
+// the cleanup of a superseded version dies after discarding an output and
+// before sending its DELETE, and a plan request (a late or duplicated
+// event) creates the next version before any sweep re-drives the cleanup.
+// The group's one active agenda entry now stands for the next version, so
+// the old one is visited again only by its second orphan sweep, which
+// spared every version a record names — the DISCARDED record names its
+// output's files, so they stayed in the bucket for good (I4). The second
+// orphan sweep now also re-sends the DELETE ops of the version's
+// discarded outputs (and discards any still PENDING).
+func TestBugDeleteLostWhenNextVersionComesFirst(t *testing.T) {
+	t.Parallel()
+	w := newWorld004(t)
+	w.upload(corpus.v1...)
+	w.pump(w.main, func(m testworld.Mail) bool { _, job := m.Msg.(messages.Job); return job })
+	w.run(1, 0) // the other jobs are lost: the version gets stuck with one output
+	w.mb.Take(isNote)
+	w.clock.Advance(stuckAfter + time.Minute)
+	sweeper := w.actor("sweeper", nil)
+	w.dyingOn(sweeper, `"op":"DELETE"`)
+	if err := (pipeline.Cleaner{Deps: sweeper.deps}).Sweep(w.ctx); !errors.Is(err, errDied) {
+		t.Fatalf("the cleanup did not die sending a DELETE: %v", err)
+	}
+	w.wantState(w.g, 1, protocol.GroupSuperseded)
+	for p := 1; p < 4; p++ {
+		w.mb.Take(isJob(1, p))
+	}
+	late := testworld.Mail{Queue: "plan", Group: w.g.String(), Msg: messages.PlanRequest{Tenant: w.tenant, Group: w.g.String(), Why: "a late event"}}
+	if err := w.deliver(w.main, late); err != nil {
+		t.Fatal(err)
+	}
+	if h := w.head(w.g); h.Version != 2 {
+		t.Fatalf("the plan request did not create v2 first: the head is v%d %s", h.Version, h.State)
+	}
+	w.finish()
+}
+
 // topLevelOnly makes the 12h groups the top level and keeps ranges from
 // closing by time during the test: nothing but the cleaner's re-plan can
 // bring the group back (docs/design.md: "completion re-plans"). One level up, a

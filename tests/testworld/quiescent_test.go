@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/sluice-dev/sluice/localstack/envtest"
 	"github.com/sluice-dev/sluice/shared/blockgen"
 	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
@@ -80,7 +81,8 @@ func TestCheckQuiescentCatchesHandBuiltViolations(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			w := New(t, Options{})
+			// The in-memory tier always: this tests the checker, not AWS.
+			w := New(t, Options{Env: []envtest.Option{envtest.WithBackend(envtest.Memory)}})
 			for _, b := range w.Generate(blockgen.Options{Tenant: "q", Start: start, Blocks: 6, Series: 10, Seed: 1, ThanosFiles: true}) {
 				w.Upload(ctx, "q", b.Dir)
 			}
