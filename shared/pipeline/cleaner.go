@@ -381,10 +381,7 @@ func (c Cleaner) cleanupQuarantined(ctx context.Context, head records.Group) err
 	if err != nil {
 		return err
 	}
-	if err := c.discardOutputs(ctx, head, parts); err != nil {
-		return err
-	}
-	if err := c.orphans(ctx, head, parts); err != nil {
+	if err := c.clearOutputs(ctx, head, parts); err != nil {
 		return err
 	}
 	if err := c.records().FinishVersion(ctx, head, c.now().Add(c.Config.OrphanDelay)); err != nil && !records.IsConditionLost(err) {
@@ -561,13 +558,10 @@ func (c Cleaner) secondOrphanSweep(ctx context.Context, e records.AgendaEntry) e
 	version := records.Group{Tenant: e.Tenant, Key: g, Version: v, Partitions: len(parts)}
 	// A cleanup that died after discarding an output and before its DELETE
 	// op went out is not re-driven once the next version holds the group's
-	// active entry; this sweep is the version's last visit, so it re-sends
-	// those ops (and discards outputs still PENDING) before the orphans
-	// (chaos seed 11: the discarded output's files stayed for good).
-	if err := c.discardOutputs(ctx, version, parts); err != nil {
-		return err
-	}
-	if err := c.orphans(ctx, version, parts); err != nil {
+	// active entry; this sweep is the version's last visit, so it clears
+	// the outputs as every cleanup does, re-sending those ops (chaos seed
+	// 11: the discarded output's files stayed for good).
+	if err := c.clearOutputs(ctx, version, parts); err != nil {
 		return err
 	}
 	return c.records().DoneAgenda(ctx, e)

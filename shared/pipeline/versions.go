@@ -105,10 +105,7 @@ func (d *Deps) cleanupSuperseded(ctx context.Context, head records.Group) error 
 	if err != nil {
 		return err
 	}
-	if err := d.discardOutputs(ctx, head, parts); err != nil {
-		return err
-	}
-	if err := d.orphans(ctx, head, parts); err != nil {
+	if err := d.clearOutputs(ctx, head, parts); err != nil {
 		return err
 	}
 	// Re-plan before leaving the agenda: once off it, nothing brings the
@@ -120,6 +117,17 @@ func (d *Deps) cleanupSuperseded(ctx context.Context, head records.Group) error 
 		return err
 	}
 	return nil
+}
+
+// clearOutputs is what every cleanup of a final version does to its
+// outputs before it leaves the version: discard those that will never be
+// published (re-sending their DELETE ops), then delete the orphans under
+// its output keys.
+func (d *Deps) clearOutputs(ctx context.Context, head records.Group, parts []records.Partition) error {
+	if err := d.discardOutputs(ctx, head, parts); err != nil {
+		return err
+	}
+	return d.orphans(ctx, head, parts)
 }
 
 // discardOutputs makes the PENDING outputs of a version that will never
