@@ -44,11 +44,12 @@ logs in .sluice/demo.log (.sluice/demo-thanos.log).
 			fs.DurationVar(&o.DeletionDelay, "deletion-delay", 5*time.Second, "how long retired sources stay before they are deleted")
 			fs.DurationVar(&o.Timeout, "timeout", 150*time.Second, "how long the pipeline may take to settle")
 			fs.StringVar(&o.WorkDir, "workdir", ".sluice/demo", "where generated and downloaded blocks go")
+			thanos := fs.Bool("thanos", true, "also run the Thanos-layout deployment beside the main one")
 			return func(ctx context.Context, e *cli.Env, args []string) error {
 				if len(args) > 0 {
 					return cli.Usagef("unexpected argument %q", args[0])
 				}
-				o.Endpoint = e.Endpoint()
+				o.Endpoint, o.SkipThanos = e.Endpoint(), !*thanos
 				o.Out, o.Progress, o.Keep = e.Stdout, e.Stderr, true
 				sum, err := Run(ctx, o)
 				if err != nil {

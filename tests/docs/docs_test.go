@@ -204,10 +204,12 @@ func TestReadmeTryItOnYourOwnBlocks(t *testing.T) {
 
 // TestDemoHints runs `sluice-local demo` (small) and then the lines its
 // closing message suggests, exactly as it prints them, and the commands
-// docs/cli.md shows after it.
+// docs/cli.md shows after it. The Thanos deployment is left out
+// (--thanos=false): tests/demo runs it, and here it would only double the
+// wall time.
 func TestDemoHints(t *testing.T) {
 	s := newScratch(t)
-	out := s.run("bin/sluice-local demo --name docs-demo --hours 12 --series 20 --deletion-delay 1s")
+	out := s.run("bin/sluice-local demo --name docs-demo --thanos=false --hours 12 --series 20 --deletion-delay 1s")
 	var hints []string
 	for _, line := range strings.Split(out, "\n") {
 		line = strings.TrimSpace(line)
