@@ -71,6 +71,9 @@ func (s *Sluice) env(props Props) map[string]*string {
 	for _, q := range props.Resources.Queues {
 		e[spec.QueueURLEnv(q.ID)] = s.Queues[q.ID].QueueUrl()
 	}
+	for k, v := range props.Resources.JobLimits() {
+		e[k] = jsii.String(v)
+	}
 	for k, v := range props.Env {
 		e[k] = jsii.String(v)
 	}

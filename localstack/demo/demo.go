@@ -64,8 +64,10 @@ type Options struct {
 	// Series per block; default 200. SamplesPerSeries; default 120.
 	Series, SamplesPerSeries int
 	// MaxSeriesPerPartition sets the policy's limit low enough that the
-	// 12h groups are split into partitions; default 600 (2 partitions for
-	// a 200-series tenant's 12h group, 4 with RF 2).
+	// groups are split into partitions; default the series per block. A
+	// 12h group is then estimated at 2 × that (planning.EstimateSeries:
+	// replicas once, each later 2h block adding a fifth as churn) and
+	// gets 2 partitions, a 24h group 1.2 × that and 2 too.
 	MaxSeriesPerPartition uint64
 	// DeletionDelay before retired sources are deleted; default 5s.
 	DeletionDelay time.Duration
@@ -119,7 +121,7 @@ func (o *Options) defaults() {
 		o.SamplesPerSeries = 120
 	}
 	if o.MaxSeriesPerPartition == 0 {
-		o.MaxSeriesPerPartition = 600
+		o.MaxSeriesPerPartition = uint64(o.Series)
 	}
 	if o.DeletionDelay == 0 {
 		o.DeletionDelay = 5 * time.Second

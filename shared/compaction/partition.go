@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 
 	"github.com/sluice-dev/sluice/shared/blockmeta"
+	"github.com/sluice-dev/sluice/shared/planning"
 )
 
 // MaxPartitions is the largest partition count a job may use (one DynamoDB
@@ -26,22 +27,15 @@ func isPowerOfTwo(n int) bool { return n > 0 && n&(n-1) == 0 }
 
 // SourceHoldsPartition reports whether the source block m may hold series of
 // partition p of n. It is false only when m's own partition_info proves
-// otherwise: m holds exactly the series with hash % c == q (c = its
-// partition_count, q = its partition_id), and with both counts powers of
-// two, hash % n == p is compatible with that iff p ≡ q modulo min(n, c).
-// Anything it cannot prove (no partition_info, counts that are not powers of
-// two) answers true, so the source is read.
+// otherwise (planning.Holds, which the planner's sizing uses too): a
+// source without partition_info, or with counts that are not powers of
+// two, is read.
 func SourceHoldsPartition(m *blockmeta.Meta, p, n int) bool {
 	pi, ok := m.PartitionInfo()
 	if !ok {
 		return true
 	}
-	c, q := pi.PartitionCount, pi.PartitionID
-	if !isPowerOfTwo(n) || !isPowerOfTwo(c) || q < 0 || q >= c || p < 0 || p >= n {
-		return true
-	}
-	m2 := min(n, c)
-	return p%m2 == q%m2
+	return planning.Holds(pi.PartitionCount, pi.PartitionID, p, n)
 }
 
 // OutputULID derives the ULID of partition p of version v of a group: its

@@ -45,7 +45,9 @@ type Config struct {
 	// SLUICE_MAX_INDEX_BYTES_PER_PARTITION (2 GiB), SLUICE_PARTITIONING
 	// (auto: one block per group in a single-tenant bucket unless a hard
 	// limit forces partitions, by the limits in a multi-tenant one; single;
-	// limits).
+	// limits). Job sizing (planning.Size): SLUICE_SCRATCH_BYTES (8 GiB),
+	// SLUICE_JOB_THROUGHPUT (bytes/s, 24 MiB), SLUICE_JOB_TIMEOUT (15m),
+	// SLUICE_SERIES_CHURN (0.2).
 	Policy planning.Policy
 	// DeletionDelay is how long a retired source stays readable, with its
 	// deletion mark, before it is deleted (SLUICE_DELETION_DELAY, default
@@ -195,6 +197,16 @@ func Load(getenv func(string) string) (Config, error) {
 	c.Policy.CloseDelay = dur("SLUICE_CLOSE_DELAY", 0)
 	c.Policy.MaxSeriesPerPartition = num("SLUICE_MAX_SERIES_PER_PARTITION")
 	c.Policy.MaxIndexBytesPerPartition = num("SLUICE_MAX_INDEX_BYTES_PER_PARTITION")
+	c.Policy.ScratchBytes = num(spec.EnvScratchBytes)
+	c.Policy.Throughput = num("SLUICE_JOB_THROUGHPUT")
+	c.Policy.JobTimeout = dur(spec.EnvJobTimeout, 0)
+	if v := getenv("SLUICE_SERIES_CHURN"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f <= 0 || f > 1 {
+			errs = append(errs, fmt.Sprintf("SLUICE_SERIES_CHURN=%q: want a fraction in (0, 1]", v))
+		}
+		c.Policy.SeriesChurn = f
+	}
 	switch v := getenv(EnvPartitioning); v {
 	case "", PartitioningAuto:
 		c.Policy.SingleBlock = c.Layout.SingleTenant != ""

@@ -110,7 +110,10 @@ func (c Cleaner) Advance(ctx context.Context, tenant string, g planning.GroupKey
 		}
 		if !allDone(parts, head.Partitions) {
 			switch {
-			case head.Failures >= c.Config.MaxJobAttempts:
+			case head.LastErrorKind == records.FailureDoesNotFit:
+				// Not a failed attempt: the planner doubles the partitions.
+				return c.supersede(ctx, head, protocol.GroupPlanned, "a job did not fit its function at this partition count: "+head.LastError)
+			case head.Failures >= c.Config.MaxJobAttempts || head.LastErrorKind == records.FailureTooBig:
 				return c.quarantine(ctx, head)
 			case head.LastErrorKind == records.FailureNotDeterministic:
 				// New output ULIDs: the next version writes under new keys.

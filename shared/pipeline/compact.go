@@ -116,6 +116,9 @@ func (c Compact) Run(ctx context.Context, job messages.Job) error {
 	if err := c.step(ctx, "compact.after-read", ref); err != nil {
 		return err
 	}
+	if f, ok := c.fits(ctx, head, job.Partition, srcs); !ok {
+		return c.fail(ctx, job, g, owner, f, log)
+	}
 	work, stop := c.workContext(ctx)
 	out, err := c.compact(work, head, job.Partition, srcs, log)
 	f, counted := c.classify(ctx, work, err)
@@ -148,6 +151,39 @@ func (c Compact) Run(ctx context.Context, job messages.Job) error {
 	}
 	log.InfoContext(ctx, "partition committed", "output", job.Output, "empty", out == nil)
 	return c.Send.Cleaner(ctx, messages.CleanerNote{Tenant: job.Tenant, Group: job.Group, Version: job.Version, Why: "commit", Nonce: fmt.Sprint(job.Partition)})
+}
+
+// fits sizes the job before it reads anything (planning.Estimate over the
+// sources' records, against this function's scratch budget and the time
+// it has left). A job that does not fit refuses: FailureDoesNotFit when
+// twice as many partitions would fit (the cleaner supersedes the version
+// and the planner doubles N), FailureTooBig when no partition count would
+// (the cleaner quarantines the group). The time a job may take is the
+// smaller of the policy's JobTimeout and what its function has left before
+// the deadline margin. Planner and job size with the same
+// function; a job refuses only when its own limits are tighter than the
+// planner's were.
+func (c Compact) fits(ctx context.Context, head records.Group, p int, srcs []records.Block) (records.Failure, bool) {
+	pol := c.Config.Policy.Defaults()
+	if left, ok := c.timeLeft(ctx); ok && left > c.Config.DeadlineMargin {
+		// With less than the margin left the work context is already over
+		// and the attempt fails as a deadline one, which is what it is.
+		pol.JobTimeout = min(pol.JobTimeout, left-c.Config.DeadlineMargin)
+	}
+	cands := make([]planning.Candidate, len(srcs))
+	for i, b := range srcs {
+		cands[i] = candidate(b)
+	}
+	ok, why := pol.Fits(pol.Estimate(cands, p, head.Partitions))
+	if ok {
+		return records.Failure{}, true
+	}
+	for n := 2 * head.Partitions; n <= pol.MaxPartitions; n *= 2 {
+		if more, _ := pol.JobsFit(cands, n); more {
+			return records.Failure{Kind: records.FailureDoesNotFit, Message: why + fmt.Sprintf("; %d partitions would fit", n)}, false
+		}
+	}
+	return records.Failure{Kind: records.FailureTooBig, Message: why + fmt.Sprintf("; no partition count up to %d fits (each job reads its unpartitioned sources whole)", pol.MaxPartitions)}, false
 }
 
 // timeLeft is how long the function may still run (false: no deadline).

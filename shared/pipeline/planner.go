@@ -548,7 +548,12 @@ func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKe
 	if head.Version > 0 {
 		next.History = head.NextHistory()
 	}
-	if head.State == protocol.GroupSuperseded && slices.Equal(head.Sources, next.Sources) {
+	if head.State == protocol.GroupSuperseded && head.LastErrorKind == records.FailureDoesNotFit {
+		// A job found its partition too big for its function (its limits
+		// may be tighter than this planner's): more partitions this time.
+		next.Partitions = min(max(next.Partitions, 2*head.Partitions), p.Config.Policy.Defaults().MaxPartitions)
+		log.WarnContext(ctx, "the last version's job did not fit; re-planning with more partitions", "partitions", next.Partitions, "was", head.Partitions, "why", head.LastError)
+	} else if head.State == protocol.GroupSuperseded && slices.Equal(head.Sources, next.Sources) {
 		// The same work again: its failures keep counting, so a version
 		// superseded over a source that always fails does not start over.
 		next.Failures, next.LastError, next.LastErrorBlock, next.LastErrorKind = head.Failures, head.LastError, head.LastErrorBlock, head.LastErrorKind
@@ -568,6 +573,9 @@ func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKe
 		return false, err
 	}
 	log.InfoContext(ctx, "version created", "sources", len(srcs), "partitions", next.Partitions)
+	if dec.DoesNotFit != "" {
+		log.ErrorContext(ctx, "no partition count fits this group's jobs; they will refuse and the group be quarantined", "why", dec.DoesNotFit)
+	}
 	if err := p.step(ctx, "planner.before-claim", next.Ref()); err != nil {
 		return false, err
 	}
@@ -604,13 +612,27 @@ func candidates(blocks []records.Block) []planning.Candidate {
 		case protocol.BlockDeleted, protocol.BlockDiscarded, protocol.BlockRejected, protocol.BlockRetiring, protocol.BlockQuarantined:
 			continue
 		}
-		out = append(out, planning.Candidate{
-			ID: b.ID, MinT: b.MinT, MaxT: b.MaxT, Level: b.Level, ProducedBy: b.ProducedBy,
-			Plannable: b.State == protocol.BlockLive && b.Published && b.ClaimedBy == "" && !b.NoCompact,
-			Busy: b.State == protocol.BlockClaimed || b.State == protocol.BlockPending ||
-				(b.State == protocol.BlockLive && !b.Published),
-			Series: b.Series, IndexBytes: b.IndexBytes, Arrived: b.Arrived,
-		})
+		c := candidate(b)
+		c.Plannable = b.State == protocol.BlockLive && b.Published && b.ClaimedBy == "" && !b.NoCompact
+		c.Busy = b.State == protocol.BlockClaimed || b.State == protocol.BlockPending ||
+			(b.State == protocol.BlockLive && !b.Published)
+		out = append(out, c)
 	}
 	return out
+}
+
+// candidate is what planning's sizing needs of a block: its range, level,
+// series, sizes and partition.
+func candidate(b records.Block) planning.Candidate {
+	c := planning.Candidate{
+		ID: b.ID, MinT: b.MinT, MaxT: b.MaxT, Level: b.Level, ProducedBy: b.ProducedBy,
+		Series: b.Series, IndexBytes: b.IndexBytes, Arrived: b.Arrived,
+		PartitionCount: b.PartitionCount, PartitionID: b.PartitionID,
+	}
+	for _, f := range b.Files {
+		if strings.HasPrefix(f.RelPath, "chunks/") && f.Size > 0 {
+			c.ChunkBytes += uint64(f.Size)
+		}
+	}
+	return c
 }

@@ -19,6 +19,12 @@ type Candidate struct {
 	ProducedBy string
 	Series     uint64
 	IndexBytes uint64
+	// ChunkBytes is the summed size of the block's chunk segments.
+	ChunkBytes uint64
+	// PartitionCount/PartitionID are the block's own partition_info (0:
+	// not partitioned): a partition job skips a source that cannot hold
+	// its series (Holds).
+	PartitionCount, PartitionID int
 	// Arrived is when the block was registered (ms). A range closes
 	// CloseDelay after both its end and its newest arrival, so a backfill
 	// of old blocks is not planned block by block as they trickle in.
@@ -36,6 +42,11 @@ type Decision struct {
 	// ClosesAt is when a range that waits for coverage closes (ms), 0
 	// otherwise: the planner asks the sweep to re-plan it then.
 	ClosesAt int64
+	// DoesNotFit says why no partition count fits every job in the
+	// limits (Size), "" when one does. The version is planned anyway: its
+	// jobs refuse before reading anything and the cleaner quarantines the
+	// group with this reason, where status shows it.
+	DoesNotFit string
 }
 
 // Plan decides what group g should compact next, from the blocks whose
@@ -80,7 +91,12 @@ func (p Policy) Plan(g GroupKey, blocks []Candidate, now time.Time) Decision {
 		return Decision{Wait: "range not covered yet and not closed", ClosesAt: newest + p.CloseDelay.Milliseconds()}
 	}
 	sort.Slice(srcs, func(i, j int) bool { return srcs[i].ID < srcs[j].ID })
-	return Decision{Sources: srcs, Partitions: p.PartitionCount(srcs)}
+	n, fits, why := p.Size(srcs)
+	d := Decision{Sources: srcs, Partitions: n}
+	if !fits {
+		d.DoesNotFit = why
+	}
+	return d
 }
 
 // covers reports whether the blocks cover [start, end) once each block's
@@ -106,27 +122,60 @@ func covers(bs []Candidate, start, end, slot int64) bool {
 	return at >= end
 }
 
-// PartitionCount picks N, the smallest power of two that keeps every
-// partition within the series and index-bytes limits, capped at
-// MaxPartitions. Sources' series are summed (replicas over-count, which errs
-// on the side of smaller partitions). With SingleBlock the series limit is
-// at least JobSeriesLimit: only what one job cannot hold is partitioned.
+// PartitionCount is N as Size picks it.
 func (p Policy) PartitionCount(srcs []Candidate) int {
+	n, _, _ := p.Size(srcs)
+	return n
+}
+
+// Size picks N, the smallest power of two up to MaxPartitions at which
+// every partition keeps within the limits: the group's estimated series
+// (EstimateSeries, not the sum of its sources') over N within
+// MaxSeriesPerPartition, its summed index bytes over N (the output
+// index's size) within MaxIndexBytesPerPartition, and every partition's
+// job within the scratch budget and timeout (Estimate, Fits). With
+// SingleBlock the series limit is at least JobSeriesLimit: only what one
+// job cannot hold is partitioned.
+//
+// When no N fits, fits is false, why says what is over, and n is the
+// smallest N within the series and index limits: more partitions do not
+// shrink a job that must read whole unpartitioned sources.
+func (p Policy) Size(srcs []Candidate) (n int, fits bool, why string) {
 	p = p.Defaults()
 	if p.SingleBlock {
 		p.MaxSeriesPerPartition = max(p.MaxSeriesPerPartition, JobSeriesLimit)
 	}
-	var series, index uint64
+	series := EstimateSeries(srcs, p.SeriesChurn)
+	var index uint64
 	for _, s := range srcs {
-		series += s.Series
 		index += s.IndexBytes
 	}
-	n := 1
+	n = 1
 	for n < p.MaxPartitions &&
 		(series > uint64(n)*p.MaxSeriesPerPartition || index > uint64(n)*p.MaxIndexBytesPerPartition) {
 		n *= 2
 	}
-	return n
+	for m := n; m <= p.MaxPartitions; m *= 2 {
+		ok, reason := p.JobsFit(srcs, m)
+		if ok {
+			return m, true, ""
+		}
+		if m == n {
+			why = reason
+		}
+	}
+	return n, false, why
+}
+
+// JobsFit reports whether every partition of n over srcs fits (Fits), and
+// if not, why the first one that does not.
+func (p Policy) JobsFit(srcs []Candidate, n int) (bool, string) {
+	for part := range n {
+		if ok, why := p.Fits(p.Estimate(srcs, part, n)); !ok {
+			return false, why
+		}
+	}
+	return true, ""
 }
 
 // Target picks the group of stream st that a block of level level in

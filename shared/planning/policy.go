@@ -51,6 +51,20 @@ type Policy struct {
 	// the blocks of one partitioned group overlap in time
 	// (docs/thanos.md).
 	SingleBlock bool
+	// ScratchBytes is the local disk one job may use (sources downloaded,
+	// output written): SLUICE_SCRATCH_BYTES, default DefaultScratchBytes.
+	ScratchBytes uint64
+	// Throughput is the bytes per second a job is assumed to move
+	// (download, merge and upload together), for its run time estimate:
+	// SLUICE_JOB_THROUGHPUT, default DefaultThroughput.
+	Throughput uint64
+	// JobTimeout is the compact function's timeout; a job whose estimate
+	// is over half of it is not started. Default DefaultJobTimeout.
+	JobTimeout time.Duration
+	// SeriesChurn is the share of a later block's series EstimateSeries
+	// takes as new: SLUICE_SERIES_CHURN, default DefaultSeriesChurn; 1
+	// sums every stretch's series (the old, pessimistic estimate).
+	SeriesChurn float64
 }
 
 // JobSeriesLimit is the most series one compaction job is given: what one
@@ -78,6 +92,18 @@ func (p Policy) Defaults() Policy {
 	if p.MaxPartitions == 0 || p.MaxPartitions > 64 {
 		p.MaxPartitions = 64
 	}
+	if p.ScratchBytes == 0 {
+		p.ScratchBytes = DefaultScratchBytes
+	}
+	if p.Throughput == 0 {
+		p.Throughput = DefaultThroughput
+	}
+	if p.JobTimeout == 0 {
+		p.JobTimeout = DefaultJobTimeout
+	}
+	if p.SeriesChurn == 0 {
+		p.SeriesChurn = DefaultSeriesChurn
+	}
 	return p
 }
 
@@ -94,6 +120,9 @@ func (p Policy) Validate() error {
 		if i > 0 && r%p.Ranges[i-1] != 0 {
 			return fmt.Errorf("planning: level %d range %v is not a multiple of level %d range %v", i+1, r, i, p.Ranges[i-1])
 		}
+	}
+	if p.SeriesChurn < 0 || p.SeriesChurn > 1 {
+		return fmt.Errorf("planning: series churn %g is not in [0, 1]", p.SeriesChurn)
 	}
 	if p.MaxPartitions&(p.MaxPartitions-1) != 0 {
 		return fmt.Errorf("planning: max partitions %d is not a power of two", p.MaxPartitions)

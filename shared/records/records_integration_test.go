@@ -354,3 +354,61 @@ func TestClaimIsFencedOnTheVersion(t *testing.T) {
 		t.Errorf("block after the lost claim: %s claimed by %q, want LIVE and unclaimed", got.State, got.ClaimedBy)
 	}
 }
+
+// TestAgendaIsShardedAndReadWhole: entries of many subjects land on every
+// shard (no hot key), a sweep's Due reads them all back soonest first and
+// only what is due, putting an entry again leaves one item, and DoneAgenda
+// removes exactly the entry it was given from whichever shard holds it.
+func TestAgendaIsShardedAndReadWhole(t *testing.T) {
+	w := newWorld(t)
+	const n = 40
+	for i := range n {
+		due := w.now.Add(time.Duration(n-i) * time.Minute)
+		for range 2 { // idempotent
+			if err := w.store.PutAgenda(w.ctx, records.AgendaDelete, due, fmt.Sprintf("tenant-%d", i%7), fmt.Sprintf("block-%02d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	all, err := w.store.Due(w.ctx, records.AgendaDelete, w.now.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != n {
+		t.Fatalf("%d entries due, want %d (one per subject, however often put)", len(all), n)
+	}
+	for i := 1; i < len(all); i++ {
+		if all[i].Due.Before(all[i-1].Due) {
+			t.Fatalf("entries out of order: %v before %v", all[i-1].Due, all[i].Due)
+		}
+	}
+	shards := map[string]bool{}
+	for _, e := range all {
+		shards[records.AgendaShardOf(e)] = true
+	}
+	if len(shards) != records.AgendaShards {
+		t.Errorf("%d subjects landed on %d of %d shards", n, len(shards), records.AgendaShards)
+	}
+	due, err := w.store.Due(w.ctx, records.AgendaDelete, w.now.Add(10*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(due) != 10 {
+		t.Fatalf("%d entries due in 10 minutes, want 10", len(due))
+	}
+	for _, e := range due {
+		if err := w.store.DoneAgenda(w.ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rest, err := w.store.Due(w.ctx, records.AgendaDelete, w.now.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rest) != n-10 || rest[0].Due.Sub(w.now) != 11*time.Minute {
+		t.Fatalf("after removing the 10 due: %d left, the first due at +%v; want %d from +11m", len(rest), rest[0].Due.Sub(w.now), n-10)
+	}
+	if other, err := w.store.Due(w.ctx, records.AgendaRange, w.now.Add(time.Hour)); err != nil || len(other) != 0 {
+		t.Fatalf("range entries: %v, %v; want none (kinds are kept apart)", other, err)
+	}
+}

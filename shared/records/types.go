@@ -154,6 +154,7 @@ type VersionSummary struct {
 	Version        int64               `dynamodbav:"v"`
 	State          protocol.GroupState `dynamodbav:"state"`
 	Sources        int                 `dynamodbav:"sources"`
+	Partitions     int                 `dynamodbav:"partitions,omitempty"`
 	Failures       int                 `dynamodbav:"failures,omitempty"`
 	LastErrorKind  FailureKind         `dynamodbav:"kind,omitempty"`
 	LastErrorBlock string              `dynamodbav:"block,omitempty"`
@@ -162,7 +163,7 @@ type VersionSummary struct {
 
 // Summary is g as a history entry.
 func (g Group) Summary() VersionSummary {
-	return VersionSummary{Version: g.Version, State: g.State, Sources: len(g.Sources), Failures: g.Failures,
+	return VersionSummary{Version: g.Version, State: g.State, Sources: len(g.Sources), Partitions: g.Partitions, Failures: g.Failures,
 		LastErrorKind: g.LastErrorKind, LastErrorBlock: g.LastErrorBlock, Reason: g.Reason}
 }
 
@@ -190,6 +191,14 @@ const (
 	// other bytes; the version is superseded so the next one writes under
 	// new output ULIDs.
 	FailureNotDeterministic FailureKind = "not-deterministic"
+	// FailureDoesNotFit: a job's estimate (planning.Estimate) was over its
+	// function's limits before it read anything, and more partitions
+	// would fit; the version is superseded and re-planned with twice as
+	// many.
+	FailureDoesNotFit FailureKind = "does-not-fit"
+	// FailureTooBig: as FailureDoesNotFit, but no partition count fits
+	// (sources too big to read whole); the group is quarantined at once.
+	FailureTooBig FailureKind = "too-big"
 	// FailureOther: any other error of the job's own work.
 	FailureOther FailureKind = "error"
 )

@@ -205,6 +205,29 @@ const (
 	EnvBlockOps     = "SLUICE_BLOCK_OPS_URL"
 )
 
+// Job limits: what one compaction job may use, which the planner sizes
+// partitions by and every job checks itself against (planning.Size).
+const (
+	EnvScratchBytes = "SLUICE_SCRATCH_BYTES"
+	EnvJobTimeout   = "SLUICE_JOB_TIMEOUT"
+)
+
+// ScratchHeadroomMB is the part of the compact function's /tmp a job's
+// scratch budget leaves free (the runtime's own files, slack).
+const ScratchHeadroomMB = 2048
+
+// JobLimits are the job-limit settings that follow from the compact
+// function's spec: its /tmp less ScratchHeadroomMB, and its timeout. The
+// CDK stack gives them to every function, so the planner sizes jobs by the
+// function that runs them.
+func (r Resources) JobLimits() map[string]string {
+	f := r.Function(Compact)
+	return map[string]string{
+		EnvScratchBytes: fmt.Sprint(uint64(max(f.EphemeralMB-ScratchHeadroomMB, 512)) << 20),
+		EnvJobTimeout:   f.Timeout.String(),
+	}
+}
+
 // QueueURLEnv is the environment variable that carries a queue's URL.
 func QueueURLEnv(id QueueID) string {
 	switch id {

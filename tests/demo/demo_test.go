@@ -43,7 +43,7 @@ func TestDemoScenarioSmall(t *testing.T) {
 	start := time.Now()
 	sum, err := demo.Run(ctx, demo.Options{
 		Endpoint: endpoint, Prefix: "t-demo-" + hex.EncodeToString(rnd[:]),
-		Series: 40, SamplesPerSeries: 30, MaxSeriesPerPartition: 120, DeletionDelay: 2 * time.Second, Seed: 7,
+		Series: 40, SamplesPerSeries: 30, MaxSeriesPerPartition: 40, DeletionDelay: 2 * time.Second, Seed: 7,
 		WorkDir: filepath.Join(dir, "work"), EnvFile: filepath.Join(dir, "demo.env"), LogFile: filepath.Join(dir, "demo.log"),
 		Timeout: 10 * time.Minute, Out: &out, // generous: the suite shares one emulator
 	})

@@ -31,6 +31,7 @@ func newWorld000(t *testing.T, tenant string, configure func(*config.Config)) *w
 	r := newReplay(t, seed000, tenant, func(c *config.Config) {
 		// 6 blocks × 40 series = 240 → 8 partitions; v2: 40 + 48 = 88 → 4.
 		c.Policy.MaxSeriesPerPartition = 30
+		c.Policy.SeriesChurn = 1 // series summed over time, as when the seed was recorded
 		if configure != nil {
 			configure(c)
 		}

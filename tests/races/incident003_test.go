@@ -32,6 +32,7 @@ func newWorld003(t *testing.T) *world003 { return newWorld003With(t, nil) }
 func newWorld003With(t *testing.T, configure func(*config.Config)) *world003 {
 	r := newReplay(t, seed003, "tenant", func(c *config.Config) {
 		c.Policy.MaxSeriesPerPartition = 60 // 6 × 40 series → 4 partitions
+		c.Policy.SeriesChurn = 1            // series summed over time, as when the seed was recorded
 		if configure != nil {
 			configure(c)
 		}

@@ -35,6 +35,7 @@ type world004 struct {
 func newWorld004(t *testing.T) *world004 {
 	r := newReplay(t, seed004, "tenant", func(c *config.Config) {
 		c.Policy.MaxSeriesPerPartition = 60 // 6 × 40 series → 4 partitions
+		c.Policy.SeriesChurn = 1            // series summed over time, as when the seed was recorded
 	})
 	return &world004{replay: r, g: planning.GroupKey{Stream: stream.Stream{}.ID(), Level: 1, RangeStart: day().UnixMilli()}}
 }

@@ -281,7 +281,7 @@ func (w *World) HeadHistory(tenant string, g planning.GroupKey) map[int64]record
 	}
 	out := map[int64]records.Group{head.Version: head}
 	for _, h := range head.History {
-		out[h.Version] = records.Group{Tenant: tenant, Key: g, Version: h.Version, State: h.State, Failures: h.Failures,
+		out[h.Version] = records.Group{Tenant: tenant, Key: g, Version: h.Version, State: h.State, Partitions: h.Partitions, Failures: h.Failures,
 			LastErrorKind: h.LastErrorKind, LastErrorBlock: h.LastErrorBlock, Reason: h.Reason}
 	}
 	return out

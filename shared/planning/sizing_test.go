@@ -1,0 +1,175 @@
+package planning
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// src is a source over [minH, maxH) hours with series series, as partition
+// q of c (c = 0: unpartitioned).
+func src(minH, maxH int64, series uint64, c, q int) Candidate {
+	return Candidate{MinT: minH * h, MaxT: maxH * h, Series: series, PartitionCount: c, PartitionID: q}
+}
+
+func TestEstimateSeries(t *testing.T) {
+	sixTwoHour := func(series uint64) []Candidate {
+		var bs []Candidate
+		for i := int64(0); i < 6; i++ {
+			bs = append(bs, src(2*i, 2*i+2, series, 0, 0))
+		}
+		return bs
+	}
+	rf3 := func(series uint64) []Candidate {
+		var bs []Candidate
+		for _, b := range sixTwoHour(series) {
+			bs = append(bs, b, b, b)
+		}
+		return bs
+	}
+	tests := []struct {
+		name  string
+		srcs  []Candidate
+		churn float64
+		want  uint64
+	}{
+		{"none", nil, 0.2, 0},
+		{"one block", sixTwoHour(30000)[:1], 0.2, 30000},
+		// The tenant: 6 × 2h blocks of 30k series; the old sum
+		// said 180k.
+		{"consecutive blocks add churn", sixTwoHour(30000), 0.2, 30000 + 30000},
+		{"churn 1 is the sum", sixTwoHour(30000), 1, 180000},
+		{"churn 0 is the largest stretch", sixTwoHour(30000), 0, 30000},
+		{"replicas count once", rf3(30000), 0.2, 60000},
+		{"partitions of one range are summed", []Candidate{src(0, 12, 100, 2, 0), src(0, 12, 120, 2, 1), src(12, 24, 100, 2, 0), src(12, 24, 100, 2, 1)}, 0.5, 220 + 100},
+		{"replicated partitions count once each", []Candidate{src(0, 12, 100, 2, 0), src(0, 12, 100, 2, 0), src(0, 12, 90, 2, 1)}, 0.2, 190},
+		{"the largest stretch counts whole", []Candidate{src(0, 2, 10, 0, 0), src(2, 4, 1000, 0, 0)}, 0.5, 1005},
+		{"a late block overlapping a compacted range joins its stretch", []Candidate{src(0, 24, 500, 0, 0), src(4, 6, 50, 0, 0)}, 0.2, 500},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := EstimateSeries(tc.srcs, tc.churn); got != tc.want {
+				t.Fatalf("EstimateSeries = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestEstimateReadsOnlyWhatThePartitionHolds(t *testing.T) {
+	p := Policy{Throughput: 1 << 20}.Defaults()
+	whole := []Candidate{
+		{MinT: 0, MaxT: 2 * h, Series: 100, IndexBytes: 1 << 20, ChunkBytes: 9 << 20},
+		{MinT: 2 * h, MaxT: 4 * h, Series: 100, IndexBytes: 1 << 20, ChunkBytes: 9 << 20},
+	}
+	e := p.Estimate(whole, 1, 4)
+	if e.Opened != 2 || e.ReadBytes != 20<<20 || e.OutputBytes != 5<<20 || e.ScratchBytes != 25<<20 {
+		t.Errorf("unpartitioned sources: %+v; want both read whole (20 MiB) and a quarter written (5 MiB)", e)
+	}
+	if e.Duration != 25*time.Second {
+		t.Errorf("duration %v at 1 MiB/s, want 25s", e.Duration)
+	}
+	// The same data split in 4 on arrival: partition 1 of 4 reads only
+	// the sources' partition 1, and keeps all of it.
+	var split []Candidate
+	for _, b := range whole {
+		for q := range 4 {
+			s := b
+			s.IndexBytes, s.ChunkBytes, s.PartitionCount, s.PartitionID = b.IndexBytes/4, b.ChunkBytes/4, 4, q
+			split = append(split, s)
+		}
+	}
+	e = p.Estimate(split, 1, 4)
+	if e.Opened != 2 || e.ReadBytes != 5<<20 || e.OutputBytes != 5<<20 {
+		t.Errorf("split sources: %+v; want 2 of 8 read (5 MiB) and all of them written", e)
+	}
+	// Partition 1 of 8 over sources split in 4: half of source partition 1.
+	e = p.Estimate(split, 1, 8)
+	if e.Opened != 2 || e.ReadBytes != 5<<20 || e.OutputBytes != 5<<19 {
+		t.Errorf("finer than the sources: %+v; want 2 read (5 MiB) and half of them written (partition 1 of 8 is half of 1 of 4)", e)
+	}
+}
+
+func TestSize(t *testing.T) {
+	gib := uint64(1 << 30)
+	whole := func(n int, each uint64) []Candidate {
+		var bs []Candidate
+		for i := range n {
+			bs = append(bs, Candidate{MinT: int64(i) * 2 * h, MaxT: int64(i+1) * 2 * h, Series: 1000, IndexBytes: each / 10, ChunkBytes: each - each/10})
+		}
+		return bs
+	}
+	splitIn := func(bs []Candidate, c int) []Candidate {
+		var out []Candidate
+		for _, b := range bs {
+			for q := range c {
+				s := b
+				s.IndexBytes, s.ChunkBytes, s.Series, s.PartitionCount, s.PartitionID = b.IndexBytes/uint64(c), b.ChunkBytes/uint64(c), b.Series/uint64(c), c, q
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	p := Policy{ScratchBytes: 8 * gib, MaxSeriesPerPartition: 1 << 40}.Defaults()
+	tests := []struct {
+		name string
+		srcs []Candidate
+		n    int
+		fits bool
+		why  string
+	}{
+		{"small group: one job", whole(6, gib/2), 1, true, ""},
+		// 6 GiB of sources + 6 GiB written at N=1 is over 8 GiB, and + 3
+		// at N=2; at N=4 each job still reads all 6 GiB whole but writes
+		// 1.5: fits.
+		{"a smaller output share needs more partitions", whole(6, gib), 4, true, ""},
+		// 12 GiB of unpartitioned sources: no N fits, every job reads all.
+		{"unpartitioned sources too big for any job", whole(6, 2*gib), 1, false, "of scratch"},
+		// The same bytes split in 8 on arrival: partition p of 4 reads
+		// the sources' partitions p and p+4 (3 GiB) and writes them.
+		{"split sources fit once each job reads a share", splitIn(whole(6, 2*gib), 8), 4, true, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n, fits, why := p.Size(tc.srcs)
+			if n != tc.n || fits != tc.fits || !strings.Contains(why, tc.why) {
+				t.Fatalf("Size = %d, %v, %q; want %d, %v, containing %q", n, fits, why, tc.n, tc.fits, tc.why)
+			}
+			if ok, _ := p.JobsFit(tc.srcs, n); ok != fits {
+				t.Fatalf("JobsFit(%d) = %v, Size said %v", n, ok, fits)
+			}
+		})
+	}
+}
+
+func TestFitsTimeAndSeries(t *testing.T) {
+	p := Policy{JobTimeout: 10 * time.Minute}.Defaults()
+	if ok, why := p.Fits(JobEstimate{Duration: 5*time.Minute + time.Second}); ok || !strings.Contains(why, "over half the 10m0s job timeout") {
+		t.Errorf("a job estimated at over half the timeout: %v %q", ok, why)
+	}
+	if ok, _ := p.Fits(JobEstimate{Duration: 5 * time.Minute}); !ok {
+		t.Error("a job at exactly half the timeout must fit")
+	}
+	if ok, why := p.Fits(JobEstimate{Series: JobSeriesLimit + 1}); ok || !strings.Contains(why, "series") {
+		t.Errorf("a job over the series limit: %v %q", ok, why)
+	}
+}
+
+func TestHoldsMatchesBruteForce(t *testing.T) {
+	for _, c := range []int{0, 1, 2, 4, 8, 3} {
+		for q := range max(c, 1) {
+			for _, n := range []int{1, 2, 4, 8, 16} {
+				for part := range n {
+					want := c <= 1 || c == 3
+					for hash := range 64 {
+						if c > 1 && c != 3 && hash%c == q && hash%n == part {
+							want = true
+						}
+					}
+					if got := Holds(c, q, part, n); got != want {
+						t.Errorf("Holds(c=%d, q=%d, p=%d, n=%d) = %v, want %v", c, q, part, n, got, want)
+					}
+				}
+			}
+		}
+	}
+}
