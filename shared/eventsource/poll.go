@@ -155,10 +155,7 @@ func (r *Runner) handle(ctx context.Context, s *Source, q queueInfo, gate *group
 		defer gate.leave(groups)
 	}
 	start := time.Now()
-	hctx, cancel := ctx, context.CancelFunc(func() {})
-	if s.Timeout > 0 {
-		hctx, cancel = context.WithTimeout(ctx, s.Timeout)
-	}
+	hctx, cancel := invocationContext(ctx, s.Timeout)
 	var resp events.SQSEventResponse
 	err := protect(func() error {
 		var err error
@@ -414,4 +411,24 @@ func (r *Runner) moveToDLQ(ctx context.Context, s *Source, q queueInfo, m sqstyp
 		return fmt.Errorf("delete from %s after copying to the DLQ: %w", s.QueueURL, err)
 	}
 	return nil
+}
+
+// invocationContext is what one handler invocation runs under, as in
+// Lambda: its own deadline, timeout from now (none when timeout ≤ 0), and
+// never the runner's. The runner's context may carry a deadline of its own
+// (a test's or the demo's settle window); a handler that read that as its
+// function's deadline would, near its end, fail jobs as out of time and
+// quarantine groups that are fine (CI run 21: the demo under load). It is
+// still cancelled when the runner's context ends, so a stopping runner
+// stops its handlers.
+func invocationContext(parent context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
+	if timeout > 0 {
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(parent), timeout)
+	}
+	stop := context.AfterFunc(parent, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+	}
 }

@@ -120,6 +120,7 @@ func New(clients *awsenv.Clients, cfg config.Config, res spec.Resources, opts Op
 		sources = append(sources, eventsource.Source{
 			Name: string(q.Consumer), QueueURL: url, FIFO: q.FIFO,
 			BatchSize: q.BatchSize, MaxConcurrency: min(q.MaxConcurrency, 4), RetryAfter: opts.RetryAfter,
+			Timeout: res.Function(q.Consumer).Timeout,
 			Handler: wrap(string(q.Consumer), handlers[q.ID]),
 		})
 	}

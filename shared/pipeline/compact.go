@@ -276,7 +276,7 @@ func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []
 	}
 	defer os.RemoveAll(scratch)
 	started := time.Now()
-	dirs, err := c.download(ctx, head, p, srcs, scratch, log)
+	dirs, read, err := c.download(ctx, head, p, srcs, scratch, log)
 	if err != nil {
 		return nil, err
 	}
@@ -300,8 +300,16 @@ func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []
 	if err != nil {
 		return nil, err
 	}
+	var written uint64
+	for _, f := range out.Files {
+		written += uint64(max(f.Size, 0))
+	}
+	took := time.Since(started)
+	// bytesPerSecond is the figure SLUICE_JOB_THROUGHPUT sizes jobs by
+	// (planning.Estimate): bytes read and written over the job's wall time.
 	log.InfoContext(ctx, "partition compacted and uploaded", "series", res.NumSeries, "samples", res.NumSamples,
-		"files", len(out.Files), "took", time.Since(started).String())
+		"files", len(out.Files), "readBytes", read, "writtenBytes", written,
+		"bytesPerSecond", uint64(float64(read+written)/max(took.Seconds(), 1e-3)), "took", took.String())
 	return out, nil
 }
 
@@ -336,21 +344,20 @@ func (c Compact) stream(ctx context.Context, head records.Group, srcs []records.
 // meta.json, so all partitions of a version describe the same sources and
 // time range; only those that can hold series of p get their index and
 // chunks (compaction never opens the others).
-func (c Compact) download(ctx context.Context, head records.Group, p int, srcs []records.Block, scratch string, log jobLog) ([]string, error) {
-	var dirs []string
+func (c Compact) download(ctx context.Context, head records.Group, p int, srcs []records.Block, scratch string, log jobLog) (dirs []string, read uint64, err error) {
 	skipped := 0
 	started := time.Now()
 	for _, b := range srcs {
 		meta, err := blockmeta.Parse([]byte(b.Meta), b.Key())
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		dir := filepath.Join(scratch, "src", b.ID)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("source %s: %w", b.Key(), err)
+			return nil, 0, fmt.Errorf("source %s: %w", b.Key(), err)
 		}
 		if err := os.WriteFile(filepath.Join(dir, blockkey.MetaFile), []byte(b.Meta), 0o644); err != nil {
-			return nil, fmt.Errorf("source %s: %w", b.Key(), err)
+			return nil, 0, fmt.Errorf("source %s: %w", b.Key(), err)
 		}
 		dirs = append(dirs, dir)
 		if !compaction.SourceHoldsPartition(meta, p, head.Partitions) {
@@ -358,11 +365,16 @@ func (c Compact) download(ctx context.Context, head records.Group, p int, srcs [
 			continue
 		}
 		if err := c.downloadSource(ctx, b, dir); err != nil {
-			return nil, err
+			return nil, 0, err
+		}
+		for _, f := range b.Files {
+			if tsdbFile(f.RelPath) {
+				read += uint64(max(f.Size, 0))
+			}
 		}
 	}
-	log.InfoContext(ctx, "sources downloaded", "downloaded", len(dirs)-skipped, "skippedByPartitionInfo", skipped, "took", time.Since(started).String())
-	return dirs, nil
+	log.InfoContext(ctx, "sources downloaded", "downloaded", len(dirs)-skipped, "skippedByPartitionInfo", skipped, "bytes", read, "took", time.Since(started).String())
+	return dirs, read, nil
 }
 
 // downloadSource fetches a source's index and chunks by their VersionIds.
