@@ -206,10 +206,12 @@ func TestReadmeTryItOnYourOwnBlocks(t *testing.T) {
 // closing message suggests, exactly as it prints them, and the commands
 // docs/cli.md shows after it. The Thanos deployment is left out
 // (--thanos=false): tests/demo runs it, and here it would only double the
-// wall time.
+// wall time. --timeout 10m: the suite shares one emulator on two cores, and
+// the demo's default 150 s settle window is for a machine doing nothing
+// else.
 func TestDemoHints(t *testing.T) {
 	s := newScratch(t)
-	out := s.run("bin/sluice-local demo --name docs-demo --thanos=false --hours 12 --series 20 --deletion-delay 1s")
+	out := s.run("bin/sluice-local demo --name docs-demo --thanos=false --hours 12 --series 20 --deletion-delay 1s --timeout 10m")
 	var hints []string
 	for _, line := range strings.Split(out, "\n") {
 		line = strings.TrimSpace(line)
