@@ -46,8 +46,9 @@ type Config struct {
 	// (auto: one block per group in a single-tenant bucket unless a hard
 	// limit forces partitions, by the limits in a multi-tenant one; single;
 	// limits). Job sizing (planning.Size): SLUICE_SCRATCH_BYTES (8 GiB),
-	// SLUICE_JOB_THROUGHPUT (bytes/s, 24 MiB), SLUICE_JOB_TIMEOUT (15m),
-	// SLUICE_SERIES_CHURN (0.2).
+	// SLUICE_JOB_THROUGHPUT (bytes/s, 24 MiB), SLUICE_JOB_TIMEOUT (the
+	// compact function's timeout, 15m; Policy.JobTimeout is that less
+	// DeadlineMargin), SLUICE_SERIES_CHURN (0.2).
 	Policy planning.Policy
 	// DeletionDelay is how long a retired source stays readable, with its
 	// deletion mark, before it is deleted (SLUICE_DELETION_DELAY, default
@@ -245,6 +246,13 @@ func Load(getenv func(string) string) (Config, error) {
 		c.MaxJobAttempts = 3
 	}
 	c.DeadlineMargin = dur("SLUICE_DEADLINE_MARGIN", time.Minute)
+	// A job works until DeadlineMargin before its function's deadline
+	// (Compact.workContext): that is the time the planner sizes it for, as
+	// the job itself does from its context.
+	if c.Policy.JobTimeout <= c.DeadlineMargin {
+		errs = append(errs, fmt.Sprintf("%s=%v is not longer than the %v deadline margin", spec.EnvJobTimeout, c.Policy.JobTimeout, c.DeadlineMargin))
+	}
+	c.Policy.JobTimeout -= c.DeadlineMargin
 	if len(errs) > 0 {
 		return Config{}, fmt.Errorf("config: %s", strings.Join(errs, "; "))
 	}

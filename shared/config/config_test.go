@@ -39,6 +39,9 @@ func TestLoadRejects(t *testing.T) {
 		{"single tenant without tenant", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_LAYOUT", "single-tenant"), "SLUICE_TENANT"},
 		{"unknown layout", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_LAYOUT", "flat"), "SLUICE_LAYOUT"},
 		{"bad number", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_MAX_SERIES_PER_PARTITION", "many"), "whole number"},
+		{"job timeout within the margin", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_JOB_TIMEOUT", "30s"), "SLUICE_JOB_TIMEOUT"},
+		{"churn out of range", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_SERIES_CHURN", "1.5"), "SLUICE_SERIES_CHURN"},
+		{"bad scratch budget", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_SCRATCH_BYTES", "8GiB"), "SLUICE_SCRATCH_BYTES"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -88,5 +91,27 @@ func TestLoadOverrides(t *testing.T) {
 	}
 	if c.Policy.Ranges[1] != 8*time.Hour || c.DeletionDelay != 5*time.Second || c.Layout.SingleTenant != "thanos" || c.Layout.Prefix != "blocks/" {
 		t.Fatalf("overrides not applied: %+v", c)
+	}
+}
+
+// TestJobSizingSettings: the planner sizes a job for the time it has to
+// work — its function's timeout less the deadline margin — and the other
+// sizing settings pass through as given.
+func TestJobSizingSettings(t *testing.T) {
+	c, err := Load(env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Policy.JobTimeout != 14*time.Minute || c.Policy.ScratchBytes != 8<<30 || c.Policy.SeriesChurn != 0.2 {
+		t.Fatalf("defaults: job time %v, scratch %d, churn %g; want 14m (15m less the 1m margin), 8 GiB, 0.2",
+			c.Policy.JobTimeout, c.Policy.ScratchBytes, c.Policy.SeriesChurn)
+	}
+	c, err = Load(env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_JOB_TIMEOUT", "10m", "SLUICE_DEADLINE_MARGIN", "2m",
+		"SLUICE_SCRATCH_BYTES", "1073741824", "SLUICE_JOB_THROUGHPUT", "1048576", "SLUICE_SERIES_CHURN", "1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Policy.JobTimeout != 8*time.Minute || c.Policy.ScratchBytes != 1<<30 || c.Policy.Throughput != 1<<20 || c.Policy.SeriesChurn != 1 {
+		t.Fatalf("overrides: %+v", c.Policy)
 	}
 }

@@ -58,8 +58,10 @@ type Policy struct {
 	// (download, merge and upload together), for its run time estimate:
 	// SLUICE_JOB_THROUGHPUT, default DefaultThroughput.
 	Throughput uint64
-	// JobTimeout is the compact function's timeout; a job whose estimate
-	// is over half of it is not started. Default DefaultJobTimeout.
+	// JobTimeout is the time a job has for its work (shared/config: the
+	// compact function's timeout less the deadline margin); a job whose
+	// estimate is over half of it is not started. Default
+	// DefaultJobTimeout.
 	JobTimeout time.Duration
 	// SeriesChurn is the share of a later block's series EstimateSeries
 	// takes as new: SLUICE_SERIES_CHURN, default DefaultSeriesChurn; 1

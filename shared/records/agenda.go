@@ -63,12 +63,15 @@ func (st *Store) PutAgenda(ctx context.Context, k AgendaKind, due time.Time, ten
 	})
 }
 
-// Due lists entries of kind k due at or before now, from every shard,
-// soonest first.
+// Due lists entries of kind k due at or before now, from every shard (and
+// the unsharded agenda of earlier deployments), soonest first.
 func (st *Store) Due(ctx context.Context, k AgendaKind, now time.Time) ([]AgendaEntry, error) {
 	var out []AgendaEntry
+	pks := []string{agendaLegacyPK}
 	for shard := range AgendaShards {
-		pk := agendaShardPK(shard)
+		pks = append(pks, agendaShardPK(shard))
+	}
+	for _, pk := range pks {
 		items, err := st.queryRange(ctx, pk, string(k)+"#", agendaSK(k, now, "\xff", ""))
 		if err != nil {
 			return nil, err

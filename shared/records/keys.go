@@ -59,6 +59,13 @@ func agendaPK(tenant, subject string) string {
 
 func agendaShardPK(shard int) string { return fmt.Sprintf("AGENDA#%02d", shard) }
 
+// agendaLegacyPK is where the agenda lived before it was sharded. Due
+// still reads it and DoneAgenda and FinishVersion still remove from it, so
+// the entries a deployment wrote before an upgrade (a retired block's
+// deletion, a running version's re-drive) are neither lost nor kept for
+// ever; nothing writes it any more.
+const agendaLegacyPK = "AGENDA"
+
 // tenantsPK lists tenants, one item each, for status and sweeps.
 const tenantsPK = "TENANTS"
 

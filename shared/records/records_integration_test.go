@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
 	"github.com/sluice-dev/sluice/localstack/envtest"
 	"github.com/sluice-dev/sluice/shared/awslimits"
 	"github.com/sluice-dev/sluice/shared/planning"
@@ -21,6 +25,9 @@ type world struct {
 	ctx   context.Context
 	store *records.Store
 	now   time.Time
+	// db and table reach the table underneath the store.
+	db    awslimits.DynamoDB
+	table string
 }
 
 func newWorld(t *testing.T) *world {
@@ -33,7 +40,7 @@ func newWorld(t *testing.T) *world {
 		}
 	})
 	return &world{t: t, ctx: context.Background(), now: time.UnixMilli(1_700_000_000_000),
-		store: records.NewStore(db, env.Deployment.Table, env.Logger)}
+		store: records.NewStore(db, env.Deployment.Table, env.Logger), db: db, table: env.Deployment.Table}
 }
 
 var g12 = planning.GroupKey{Stream: stream.Stream{}.ID(), Level: 1, RangeStart: 0}
@@ -410,5 +417,61 @@ func TestAgendaIsShardedAndReadWhole(t *testing.T) {
 	}
 	if other, err := w.store.Due(w.ctx, records.AgendaRange, w.now.Add(time.Hour)); err != nil || len(other) != 0 {
 		t.Fatalf("range entries: %v, %v; want none (kinds are kept apart)", other, err)
+	}
+}
+
+// TestAgendaOfAnEarlierDeploymentIsStillRead: entries a deployment wrote
+// before the agenda was sharded (one "AGENDA" partition key) are found by
+// the sweep and removed when done — a retired block's deletion by
+// DoneAgenda, a version's re-drive entry when the version finishes — so an
+// upgrade neither loses them nor keeps them for ever.
+func TestAgendaOfAnEarlierDeploymentIsStillRead(t *testing.T) {
+	w := newWorld(t)
+	legacy := func(sk, subject string) map[string]types.AttributeValue {
+		return map[string]types.AttributeValue{"PK": &types.AttributeValueMemberS{Value: "AGENDA"}, "SK": &types.AttributeValueMemberS{Value: sk},
+			"tenant": &types.AttributeValueMemberS{Value: "acme"}, "subject": &types.AttributeValueMemberS{Value: subject}}
+	}
+	exists := func(sk string) bool {
+		out, err := w.db.GetItem(w.ctx, &dynamodb.GetItemInput{TableName: aws.String(w.table), ConsistentRead: aws.Bool(true),
+			Key: map[string]types.AttributeValue{"PK": &types.AttributeValueMemberS{Value: "AGENDA"}, "SK": &types.AttributeValueMemberS{Value: sk}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(out.Item) > 0
+	}
+	delSK := fmt.Sprintf("DEL#%013d#acme#B-old", w.now.UnixMilli())
+	activeSK := "ACTIVE#0000000000000#acme#" + g12.String()
+	for _, it := range []map[string]types.AttributeValue{legacy(delSK, "B-old"), legacy(activeSK, g12.String())} {
+		if _, err := w.db.PutItem(w.ctx, &dynamodb.PutItemInput{TableName: aws.String(w.table), Item: it}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	due, err := w.store.Due(w.ctx, records.AgendaDelete, w.now)
+	if err != nil || len(due) != 1 || due[0].Subject != "B-old" || due[0].Tenant != "acme" {
+		t.Fatalf("due deletions: %v, %v; want the earlier deployment's B-old", due, err)
+	}
+	if err := w.store.DoneAgenda(w.ctx, due[0]); err != nil {
+		t.Fatal(err)
+	}
+	if exists(delSK) {
+		t.Error("DoneAgenda left the earlier deployment's entry in place")
+	}
+	active, err := w.store.Due(w.ctx, records.AgendaActive, w.now)
+	if err != nil || len(active) != 1 || active[0].Subject != g12.String() {
+		t.Fatalf("active entries: %v, %v; want the earlier deployment's one for %s", active, err, g12)
+	}
+	v1 := w.planned(records.Group{}, []records.Block{w.block("B1", protocol.BlockLive)}, 1)
+	if err := w.store.SetGroupState(w.ctx, v1, protocol.GroupPlanned, protocol.GroupSuperseded, w.now); err != nil {
+		t.Fatal(err)
+	}
+	v1.State = protocol.GroupSuperseded
+	if err := w.store.FinishVersion(w.ctx, v1, w.now.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if exists(activeSK) {
+		t.Error("finishing the version left the earlier deployment's active entry: the sweep would re-drive a final group for ever")
+	}
+	if active, err := w.store.Due(w.ctx, records.AgendaActive, w.now); err != nil || len(active) != 0 {
+		t.Fatalf("active entries after the version finished: %v, %v; want none", active, err)
 	}
 }
