@@ -3,7 +3,6 @@ package records
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -38,7 +37,7 @@ type AgendaEntry struct {
 	Due     time.Time
 	Tenant  string
 	Subject string
-	pk, sk  string
+	sk      string
 }
 
 // agendaSK sorts entries of one kind by due time (zero-padded ms).
@@ -48,7 +47,7 @@ func agendaSK(k AgendaKind, due time.Time, tenant, subject string) string {
 
 func agendaItem(k AgendaKind, due time.Time, tenant, subject string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{
-		"PK": s(agendaPK(tenant, subject)), "SK": s(agendaSK(k, due, tenant, subject)),
+		"PK": s(agendaPK), "SK": s(agendaSK(k, due, tenant, subject)),
 		"tenant": s(tenant), "subject": s(subject),
 	}
 }
@@ -63,42 +62,31 @@ func (st *Store) PutAgenda(ctx context.Context, k AgendaKind, due time.Time, ten
 	})
 }
 
-// Due lists entries of kind k due at or before now, from every shard (and
-// the unsharded agenda of earlier deployments), soonest first.
+// Due lists entries of kind k due at or before now.
 func (st *Store) Due(ctx context.Context, k AgendaKind, now time.Time) ([]AgendaEntry, error) {
-	var out []AgendaEntry
-	pks := []string{agendaLegacyPK}
-	for shard := range AgendaShards {
-		pks = append(pks, agendaShardPK(shard))
+	items, err := st.queryRange(ctx, agendaPK, string(k)+"#", agendaSK(k, now, "\xff", ""))
+	if err != nil {
+		return nil, err
 	}
-	for _, pk := range pks {
-		items, err := st.queryRange(ctx, pk, string(k)+"#", agendaSK(k, now, "\xff", ""))
-		if err != nil {
-			return nil, err
+	out := make([]AgendaEntry, 0, len(items))
+	for _, it := range items {
+		sk := it["SK"].(*types.AttributeValueMemberS).Value
+		parts := strings.SplitN(sk, "#", 4)
+		if len(parts) != 4 {
+			continue
 		}
-		for _, it := range items {
-			sk := it["SK"].(*types.AttributeValueMemberS).Value
-			parts := strings.SplitN(sk, "#", 4)
-			if len(parts) != 4 {
-				continue
-			}
-			var ms int64
-			fmt.Sscan(parts[1], &ms)
-			out = append(out, AgendaEntry{Kind: k, Due: time.UnixMilli(ms), Tenant: parts[2], Subject: parts[3], pk: pk, sk: sk})
-		}
+		var ms int64
+		fmt.Sscan(parts[1], &ms)
+		out = append(out, AgendaEntry{Kind: k, Due: time.UnixMilli(ms), Tenant: parts[2], Subject: parts[3], sk: sk})
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].sk < out[j].sk })
 	return out, nil
 }
-
-// AgendaShardOf names the shard holding e (for status and tests).
-func AgendaShardOf(e AgendaEntry) string { return e.pk }
 
 // DoneAgenda removes an entry the sweep has handled.
 func (st *Store) DoneAgenda(ctx context.Context, e AgendaEntry) error {
 	return st.retry(ctx, "delete agenda", func() error {
 		_, err := st.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-			TableName: aws.String(st.table), Key: key(e.pk, e.sk),
+			TableName: aws.String(st.table), Key: key(agendaPK, e.sk),
 		})
 		return err
 	})

@@ -197,11 +197,8 @@ func (st *Store) FinishVersion(ctx context.Context, g Group, orphansAt time.Time
 	}
 	var x tx
 	x.add(gd, gd.check(key(tenantPK(g.Tenant), groupSK(g.Key))))
-	activeSK := agendaSK(AgendaActive, time.UnixMilli(0), g.Tenant, activeSubject(g.Key))
 	x.plain(
-		types.TransactWriteItem{Delete: &types.Delete{Key: key(agendaPK(g.Tenant, activeSubject(g.Key)), activeSK)}},
-		// The entry as a deployment before the agenda was sharded wrote it.
-		types.TransactWriteItem{Delete: &types.Delete{Key: key(agendaLegacyPK, activeSK)}},
+		types.TransactWriteItem{Delete: &types.Delete{Key: key(agendaPK, agendaSK(AgendaActive, time.UnixMilli(0), g.Tenant, activeSubject(g.Key)))}},
 		types.TransactWriteItem{Put: &types.Put{Item: agendaItem(AgendaOrphans, orphansAt, g.Tenant, orphansSubject(g))}},
 	)
 	return st.commit(ctx, "finish "+g.Ref(), x)

@@ -2,7 +2,6 @@ package records
 
 import (
 	"fmt"
-	"hash/fnv"
 	"strings"
 
 	"github.com/sluice-dev/sluice/shared/planning"
@@ -33,38 +32,9 @@ func memberPrefix(g planning.GroupKey) string { return "R#" + g.String() + "#" }
 
 func memberSK(g planning.GroupKey, id string) string { return memberPrefix(g) + id }
 
-// AgendaShards is how many partition keys the agenda is spread over.
-// Every retirement, version and closing range of every tenant writes the
-// agenda (about four writes per uploaded block over its life), and one
-// DynamoDB partition key takes at most 1,000 writes a second: one key
-// would cap a fleet at about 250 uploaded blocks a second, four keys at
-// about 1,000 (7 M blocks per 2h cycle). A sweep reads every shard, one
-// Query per shard and kind, so more shards cost every sweep; four is far
-// past any fleet this was sized for (docs/protocol.md, "The agenda is
-// sharded").
-// An entry's shard is a hash of its tenant and subject, never of its kind
-// or due time, so re-putting an entry (idempotent) lands on the same item.
-const AgendaShards = 4
-
-// agendaPK is the partition key of the agenda shard holding a subject's
-// entries: what the cleaner's sweep must look at, keyed so that a sweep
-// queries only what is due.
-func agendaPK(tenant, subject string) string {
-	h := fnv.New32a()
-	h.Write([]byte(tenant))
-	h.Write([]byte{0})
-	h.Write([]byte(subject))
-	return agendaShardPK(int(h.Sum32() % AgendaShards))
-}
-
-func agendaShardPK(shard int) string { return fmt.Sprintf("AGENDA#%02d", shard) }
-
-// agendaLegacyPK is where the agenda lived before it was sharded. Due
-// still reads it and DoneAgenda and FinishVersion still remove from it, so
-// the entries a deployment wrote before an upgrade (a retired block's
-// deletion, a running version's re-drive) are neither lost nor kept for
-// ever; nothing writes it any more.
-const agendaLegacyPK = "AGENDA"
+// agendaPK is the partition of the agenda: what the cleaner's sweep must
+// look at, keyed so that a sweep queries only what is due.
+const agendaPK = "AGENDA"
 
 // tenantsPK lists tenants, one item each, for status and sweeps.
 const tenantsPK = "TENANTS"

@@ -27,7 +27,7 @@ func TestParseItemKey(t *testing.T) {
 			t.Errorf("ParseItemKey(%q) = %+v, want %+v", tc.sk, got, tc.want)
 		}
 	}
-	if got := ParseItemKey(agendaPK("t", "b"), "DEL#0#t#b"); got.Kind != ItemOther {
+	if got := ParseItemKey(agendaPK, "DEL#0#t#b"); got.Kind != ItemOther {
 		t.Errorf("an agenda item parsed as %+v", got)
 	}
 	if got := ParseItemKey(pk, partitionSK(g, 7, 12)).HeadSK(); got != groupSK(g) {

@@ -7,10 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-
 	"github.com/sluice-dev/sluice/localstack/envtest"
 	"github.com/sluice-dev/sluice/shared/awslimits"
 	"github.com/sluice-dev/sluice/shared/planning"
@@ -25,9 +21,6 @@ type world struct {
 	ctx   context.Context
 	store *records.Store
 	now   time.Time
-	// db and table reach the table underneath the store.
-	db    awslimits.DynamoDB
-	table string
 }
 
 func newWorld(t *testing.T) *world {
@@ -40,7 +33,7 @@ func newWorld(t *testing.T) *world {
 		}
 	})
 	return &world{t: t, ctx: context.Background(), now: time.UnixMilli(1_700_000_000_000),
-		store: records.NewStore(db, env.Deployment.Table, env.Logger), db: db, table: env.Deployment.Table}
+		store: records.NewStore(db, env.Deployment.Table, env.Logger)}
 }
 
 var g12 = planning.GroupKey{Stream: stream.Stream{}.ID(), Level: 1, RangeStart: 0}
@@ -359,119 +352,5 @@ func TestClaimIsFencedOnTheVersion(t *testing.T) {
 	got, _, _ := w.store.GetBlock(w.ctx, "acme", "B1")
 	if got.State != protocol.BlockLive || got.ClaimedBy != "" {
 		t.Errorf("block after the lost claim: %s claimed by %q, want LIVE and unclaimed", got.State, got.ClaimedBy)
-	}
-}
-
-// TestAgendaIsShardedAndReadWhole: entries of many subjects land on every
-// shard (no hot key), a sweep's Due reads them all back soonest first and
-// only what is due, putting an entry again leaves one item, and DoneAgenda
-// removes exactly the entry it was given from whichever shard holds it.
-func TestAgendaIsShardedAndReadWhole(t *testing.T) {
-	w := newWorld(t)
-	const n = 40
-	for i := range n {
-		due := w.now.Add(time.Duration(n-i) * time.Minute)
-		for range 2 { // idempotent
-			if err := w.store.PutAgenda(w.ctx, records.AgendaDelete, due, fmt.Sprintf("tenant-%d", i%7), fmt.Sprintf("block-%02d", i)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	all, err := w.store.Due(w.ctx, records.AgendaDelete, w.now.Add(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(all) != n {
-		t.Fatalf("%d entries due, want %d (one per subject, however often put)", len(all), n)
-	}
-	for i := 1; i < len(all); i++ {
-		if all[i].Due.Before(all[i-1].Due) {
-			t.Fatalf("entries out of order: %v before %v", all[i-1].Due, all[i].Due)
-		}
-	}
-	shards := map[string]bool{}
-	for _, e := range all {
-		shards[records.AgendaShardOf(e)] = true
-	}
-	if len(shards) != records.AgendaShards {
-		t.Errorf("%d subjects landed on %d of %d shards", n, len(shards), records.AgendaShards)
-	}
-	due, err := w.store.Due(w.ctx, records.AgendaDelete, w.now.Add(10*time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(due) != 10 {
-		t.Fatalf("%d entries due in 10 minutes, want 10", len(due))
-	}
-	for _, e := range due {
-		if err := w.store.DoneAgenda(w.ctx, e); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rest, err := w.store.Due(w.ctx, records.AgendaDelete, w.now.Add(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rest) != n-10 || rest[0].Due.Sub(w.now) != 11*time.Minute {
-		t.Fatalf("after removing the 10 due: %d left, the first due at +%v; want %d from +11m", len(rest), rest[0].Due.Sub(w.now), n-10)
-	}
-	if other, err := w.store.Due(w.ctx, records.AgendaRange, w.now.Add(time.Hour)); err != nil || len(other) != 0 {
-		t.Fatalf("range entries: %v, %v; want none (kinds are kept apart)", other, err)
-	}
-}
-
-// TestAgendaOfAnEarlierDeploymentIsStillRead: entries a deployment wrote
-// before the agenda was sharded (one "AGENDA" partition key) are found by
-// the sweep and removed when done — a retired block's deletion by
-// DoneAgenda, a version's re-drive entry when the version finishes — so an
-// upgrade neither loses them nor keeps them for ever.
-func TestAgendaOfAnEarlierDeploymentIsStillRead(t *testing.T) {
-	w := newWorld(t)
-	legacy := func(sk, subject string) map[string]types.AttributeValue {
-		return map[string]types.AttributeValue{"PK": &types.AttributeValueMemberS{Value: "AGENDA"}, "SK": &types.AttributeValueMemberS{Value: sk},
-			"tenant": &types.AttributeValueMemberS{Value: "acme"}, "subject": &types.AttributeValueMemberS{Value: subject}}
-	}
-	exists := func(sk string) bool {
-		out, err := w.db.GetItem(w.ctx, &dynamodb.GetItemInput{TableName: aws.String(w.table), ConsistentRead: aws.Bool(true),
-			Key: map[string]types.AttributeValue{"PK": &types.AttributeValueMemberS{Value: "AGENDA"}, "SK": &types.AttributeValueMemberS{Value: sk}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(out.Item) > 0
-	}
-	delSK := fmt.Sprintf("DEL#%013d#acme#B-old", w.now.UnixMilli())
-	activeSK := "ACTIVE#0000000000000#acme#" + g12.String()
-	for _, it := range []map[string]types.AttributeValue{legacy(delSK, "B-old"), legacy(activeSK, g12.String())} {
-		if _, err := w.db.PutItem(w.ctx, &dynamodb.PutItemInput{TableName: aws.String(w.table), Item: it}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	due, err := w.store.Due(w.ctx, records.AgendaDelete, w.now)
-	if err != nil || len(due) != 1 || due[0].Subject != "B-old" || due[0].Tenant != "acme" {
-		t.Fatalf("due deletions: %v, %v; want the earlier deployment's B-old", due, err)
-	}
-	if err := w.store.DoneAgenda(w.ctx, due[0]); err != nil {
-		t.Fatal(err)
-	}
-	if exists(delSK) {
-		t.Error("DoneAgenda left the earlier deployment's entry in place")
-	}
-	active, err := w.store.Due(w.ctx, records.AgendaActive, w.now)
-	if err != nil || len(active) != 1 || active[0].Subject != g12.String() {
-		t.Fatalf("active entries: %v, %v; want the earlier deployment's one for %s", active, err, g12)
-	}
-	v1 := w.planned(records.Group{}, []records.Block{w.block("B1", protocol.BlockLive)}, 1)
-	if err := w.store.SetGroupState(w.ctx, v1, protocol.GroupPlanned, protocol.GroupSuperseded, w.now); err != nil {
-		t.Fatal(err)
-	}
-	v1.State = protocol.GroupSuperseded
-	if err := w.store.FinishVersion(w.ctx, v1, w.now.Add(time.Minute)); err != nil {
-		t.Fatal(err)
-	}
-	if exists(activeSK) {
-		t.Error("finishing the version left the earlier deployment's active entry: the sweep would re-drive a final group for ever")
-	}
-	if active, err := w.store.Due(w.ctx, records.AgendaActive, w.now); err != nil || len(active) != 0 {
-		t.Fatalf("active entries after the version finished: %v, %v; want none", active, err)
 	}
 }
