@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"github.com/sluice-dev/sluice/shared/bytesize"
 	"runtime/debug"
 	"sort"
 	"time"
@@ -33,18 +34,7 @@ func buildVersion() string {
 }
 
 // humanBytes renders a byte count in IEC units.
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
+func humanBytes(n int64) string { return bytesize.IEC(n) }
 
 // humanDuration renders d briefly: 850ms, 12s, 4m10s, 3h05m, 2d4h.
 func humanDuration(d time.Duration) string {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/sluice-dev/sluice/shared/bytesize"
 )
 
 // Sizing defaults. DefaultScratchBytes leaves 2 GiB of Lambda's 10 GiB
@@ -143,15 +145,4 @@ func EstimateSeries(srcs []Candidate, churn float64) uint64 {
 	return uint64(total + 0.5)
 }
 
-func bytesString(b uint64) string {
-	const unit = 1024
-	if b < unit {
-		return fmt.Sprintf("%d B", b)
-	}
-	div, exp := uint64(unit), 0
-	for n := b / unit; n >= unit; n /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(b)/float64(div), "KMGTPE"[exp])
-}
+func bytesString(b uint64) string { return bytesize.IEC(int64(b)) }
