@@ -46,16 +46,19 @@ func (s *Sluice) addBucket(props Props) {
 	})
 }
 
-// notifyBlockEvents sends ObjectCreated for <prefix>…meta.json to the
-// block-events queue. For an imported bucket CDK's notifications custom
-// resource merges this configuration into the bucket's existing one.
+// notifyBlockEvents sends ObjectCreated for <prefix>…meta.json and
+// <prefix>…-mark.json to the block-events queue. For an imported bucket
+// CDK's notifications custom resource merges this configuration into the
+// bucket's existing one.
 func (s *Sluice) notifyBlockEvents(props Props) {
-	filter := &awss3.NotificationKeyFilter{Suffix: jsii.String(props.Resources.Bucket.NotifySuffix)}
-	if props.KeyPrefix != "" {
-		filter.Prefix = jsii.String(props.KeyPrefix)
+	dest := awss3notifications.NewSqsDestination(s.Queues[spec.BlockEvents])
+	for _, suffix := range props.Resources.Bucket.NotifySuffixes {
+		filter := &awss3.NotificationKeyFilter{Suffix: jsii.String(suffix)}
+		if props.KeyPrefix != "" {
+			filter.Prefix = jsii.String(props.KeyPrefix)
+		}
+		s.Bucket.AddEventNotification(awss3.EventType_OBJECT_CREATED, dest, filter)
 	}
-	s.Bucket.AddEventNotification(awss3.EventType_OBJECT_CREATED,
-		awss3notifications.NewSqsDestination(s.Queues[spec.BlockEvents]), filter)
 	s.scopeNotificationsHandler()
 }
 

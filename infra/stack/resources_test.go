@@ -74,19 +74,23 @@ func TestImportedBucketIsNotCreatedButStillNotifies(t *testing.T) {
 
 func TestMetaJSONUnderThePrefixNotifiesBlockEvents(t *testing.T) {
 	each(t, func(t *testing.T, d *deployment) {
-		rules := arr{obj{"Name": "suffix", "Value": d.props.Resources.Bucket.NotifySuffix}}
-		if d.props.KeyPrefix != "" {
-			rules = append(rules, obj{"Name": "prefix", "Value": d.props.KeyPrefix})
-		}
 		blockEvents := d.queueID(t, d.props.Resources.Queue(spec.BlockEvents))
-		check(t, "notification", func() {
+		var configs arr
+		for _, suffix := range []string{"meta.json", "-mark.json"} {
+			rules := arr{obj{"Name": "suffix", "Value": suffix}}
+			if d.props.KeyPrefix != "" {
+				rules = append(rules, obj{"Name": "prefix", "Value": d.props.KeyPrefix})
+			}
+			configs = append(configs, obj{
+				"Events":   arr{"s3:ObjectCreated:*"},
+				"Filter":   obj{"Key": obj{"FilterRules": rules}},
+				"QueueArn": getAtt(blockEvents, "Arn"),
+			})
+		}
+		check(t, "notifications: meta.json and the marks", func() {
 			d.tmpl.ResourceCountIs(jsii.String("Custom::S3BucketNotifications"), jsii.Number(1))
 			d.tmpl.HasResourceProperties(jsii.String("Custom::S3BucketNotifications"), obj{
-				"NotificationConfiguration": obj{"QueueConfigurations": arr{obj{
-					"Events":   arr{"s3:ObjectCreated:*"},
-					"Filter":   obj{"Key": obj{"FilterRules": rules}},
-					"QueueArn": getAtt(blockEvents, "Arn"),
-				}}},
+				"NotificationConfiguration": obj{"QueueConfigurations": configs},
 			})
 		})
 		check(t, "S3 may send to block-events, from this bucket only", func() {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sort"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -17,11 +18,18 @@ import (
 	"github.com/sluice-dev/sluice/shared/spec"
 )
 
-// notificationID names the bucket's one queue notification.
-const notificationID = "sluice-block-events"
+// notificationID names the bucket's queue notification for suffix i
+// (the first keeps the name of the one notification of earlier versions).
+func notificationID(i int) string {
+	if i == 0 {
+		return "sluice-block-events"
+	}
+	return fmt.Sprintf("sluice-block-events-%d", i)
+}
 
 // provisionBucket converges the bucket: created, versioned, and notifying
-// ObjectCreated:* of keys ending in NotifySuffix to the block-events queue.
+// ObjectCreated:* of keys ending in each of NotifySuffixes to the
+// block-events queue.
 func provisionBucket(ctx context.Context, c *awsenv.Clients, r spec.Resources, eventsURL, eventsARN string) error {
 	name := r.BucketName()
 	in := &s3.CreateBucketInput{Bucket: aws.String(name)}
@@ -47,7 +55,7 @@ func provisionBucket(ctx context.Context, c *awsenv.Clients, r spec.Resources, e
 	if err := allowBucketToNotify(ctx, c.SQS, eventsURL, eventsARN, name); err != nil {
 		return err
 	}
-	return ensureNotification(ctx, c.S3, name, eventsARN, r.Bucket.NotifySuffix)
+	return ensureNotification(ctx, c.S3, name, eventsARN, r.Bucket.NotifySuffixes)
 }
 
 // allowBucketToNotify sets the queue policy real S3 needs to send to the
@@ -80,16 +88,23 @@ func allowBucketToNotify(ctx context.Context, c *sqs.Client, queueURL, queueARN,
 // ensureNotification puts the notification configuration unless the bucket
 // already has exactly it: every put makes S3 send an s3:TestEvent, which a
 // re-provision should not add to the queue.
-func ensureNotification(ctx context.Context, c *s3.Client, bucket, queueARN, suffix string) error {
-	want := []s3types.QueueConfiguration{{
-		Id:       aws.String(notificationID),
-		QueueArn: aws.String(queueARN),
-		Events:   []s3types.Event{"s3:ObjectCreated:*"},
-	}}
-	if suffix != "" {
-		want[0].Filter = &s3types.NotificationConfigurationFilter{Key: &s3types.S3KeyFilter{
-			FilterRules: []s3types.FilterRule{{Name: s3types.FilterRuleNameSuffix, Value: aws.String(suffix)}},
-		}}
+func ensureNotification(ctx context.Context, c *s3.Client, bucket, queueARN string, suffixes []string) error {
+	if len(suffixes) == 0 {
+		suffixes = []string{""}
+	}
+	var want []s3types.QueueConfiguration
+	for i, suffix := range suffixes {
+		q := s3types.QueueConfiguration{
+			Id:       aws.String(notificationID(i)),
+			QueueArn: aws.String(queueARN),
+			Events:   []s3types.Event{"s3:ObjectCreated:*"},
+		}
+		if suffix != "" {
+			q.Filter = &s3types.NotificationConfigurationFilter{Key: &s3types.S3KeyFilter{
+				FilterRules: []s3types.FilterRule{{Name: s3types.FilterRuleNameSuffix, Value: aws.String(suffix)}},
+			}}
+		}
+		want = append(want, q)
 	}
 	got, err := c.GetBucketNotificationConfiguration(ctx, &s3.GetBucketNotificationConfigurationInput{Bucket: aws.String(bucket)})
 	if err != nil {
@@ -128,6 +143,7 @@ func sameNotification(got, want []s3types.QueueConfiguration) bool {
 			}
 			out = append(out, x)
 		}
+		sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
 		return out
 	}
 	return reflect.DeepEqual(n(got), n(want))

@@ -41,6 +41,8 @@ type plannerRecords interface {
 	Claim(ctx context.Context, g records.Group, srcs []records.Block, now time.Time) error
 	CreateVersion(ctx context.Context, prev, next records.Group, now, prevOrphansAt time.Time) error
 	GetGroup(ctx context.Context, tenant string, g planning.GroupKey) (records.Group, bool, error)
+	HonourDeletionMark(ctx context.Context, b records.Block, retireAt, now time.Time) (int64, error)
+	NoteForeignMark(ctx context.Context, b records.Block, from protocol.BlockState, file, vid string, markedAt, now time.Time) error
 	PutAgenda(ctx context.Context, k records.AgendaKind, due time.Time, tenant, subject string) error
 	RangeBlocks(ctx context.Context, tenant string, g planning.GroupKey) ([]records.Block, error)
 	RegisterBlock(ctx context.Context, b records.Block, ranges []planning.GroupKey, sr *records.StreamRecord) error
@@ -92,8 +94,12 @@ func (p Planner) handleObject(ctx context.Context, o s3event.ObjectCreated) erro
 		p.Logger.WarnContext(ctx, "skipping an object outside the block layout", "key", o.Key, "err", err)
 		return nil
 	}
-	if k.File != blockkey.MetaFile {
-		p.Logger.DebugContext(ctx, "skipping a non-meta.json object", "key", o.Key)
+	switch k.File {
+	case blockkey.MetaFile:
+	case blockkey.DeletionMarkFile, blockkey.NoCompactMarkFile:
+		return p.handleMark(ctx, k, o.VersionID)
+	default:
+		p.Logger.DebugContext(ctx, "skipping an object that is neither meta.json nor a mark", "key", o.Key)
 		return nil
 	}
 	log := p.Logger.With("tenant", k.Tenant, "block", k.Block.String())
@@ -130,7 +136,7 @@ func (p Planner) handleObject(ctx context.Context, o s3event.ObjectCreated) erro
 	} else if err := p.recognise(ctx, k, b, vid, log); err != nil {
 		return err
 	}
-	if b.State == protocol.BlockRejected {
+	if b.State == protocol.BlockRejected || b.State == protocol.BlockRetiring {
 		return nil
 	}
 	return p.planFor(ctx, b)
@@ -185,11 +191,17 @@ func (p Planner) register(ctx context.Context, k blockkey.Key, body []byte, vid 
 	if b.NoCompact {
 		log.InfoContext(ctx, "block carries a no-compact mark; it is never a source")
 	}
+	ranges := p.Config.Policy.MemberRanges(b.Stream, b.Level, b.MinT, b.MaxT)
+	if b.State == protocol.BlockRetiring {
+		log.InfoContext(ctx, "block carries a deletion mark; it is never a source and is deleted when the deletion delay from its mark ends",
+			"markedAt", time.UnixMilli(b.MarkedAt).UTC(), "deleteAt", time.UnixMilli(b.RetireAt).UTC())
+		ranges = nil
+	}
 	if err := p.step(ctx, "planner.before-register", b.Key()); err != nil {
 		return b, err
 	}
 	sr := &records.StreamRecord{ID: b.Stream, Labels: st.Labels, Resolution: st.Resolution}
-	if err := p.records().RegisterBlock(ctx, b, p.Config.Policy.MemberRanges(b.Stream, b.Level, b.MinT, b.MaxT), sr); err != nil {
+	if err := p.records().RegisterBlock(ctx, b, ranges, sr); err != nil {
 		return b, err
 	}
 	log.InfoContext(ctx, "block registered", "stream", st.String(), "streamID", b.Stream, "minT", b.MinT, "maxT", b.MaxT, "level", b.Level,
@@ -251,8 +263,18 @@ func (p Planner) readBlock(ctx context.Context, k blockkey.Key, body []byte, vid
 	if pi, ok := meta.PartitionInfo(); ok && pi.PartitionCount > 1 {
 		b.PartitionCount, b.PartitionID = pi.PartitionCount, pi.PartitionID
 	}
-	_, b.NoCompact = l.latest[blockkey.NoCompactMarkFile]
+	if nc, ok := l.latest[blockkey.NoCompactMarkFile]; ok {
+		b.NoCompact, b.NoCompactMarkVersionID = true, nc.VersionID
+	}
 	b.State = protocol.BlockLive
+	if dm, ok := l.latest[blockkey.DeletionMarkFile]; ok {
+		markedAt, err := p.markTime(ctx, k, dm.VersionID)
+		if err != nil {
+			return b, st, "", err
+		}
+		b.State, b.MarkVersionID, b.MarkedAt = protocol.BlockRetiring, dm.VersionID, markedAt.UnixMilli()
+		b.RetireAt = markedAt.Add(p.Config.DeletionDelay).UnixMilli()
+	}
 	return b, st, "", nil
 }
 

@@ -60,6 +60,11 @@ const (
 	// BelowMaxFailures: the version's jobs have failed fewer times than the
 	// attempt limit.
 	BelowMaxFailures Require = "failures below the limit"
+	// Compactable: the block carries no no-compact mark (its own, from
+	// registration, or another tool's, noted since). Without it on the
+	// claim, a planner that read the block before the mark was noted could
+	// still claim it: noting a mark changes no state and so no gen.
+	Compactable Require = "no no-compact mark"
 )
 
 // Name names a transition.
@@ -69,6 +74,7 @@ type Name string
 const (
 	RegisterBlock    Name = "register block"
 	RegisterRejected Name = "register rejected upload"
+	RegisterMarked   Name = "register marked block"
 	CreateFirst      Name = "create first version"
 	CreateNext       Name = "create next version"
 	CreatePartition  Name = "create partition"
@@ -103,6 +109,8 @@ const (
 	ReleaseBlock     Name = "release block"
 	RecordNoCompact  Name = "record no-compact mark"
 	ForgetNoCompact  Name = "forget no-compact mark"
+	NoteMark         Name = "note another tool's mark"
+	HonourDeletion   Name = "honour a deletion mark"
 )
 
 // Transition is one item's step: from one of From (none: Absent) to To
@@ -160,6 +168,7 @@ func Table() []Transition {
 	return []Transition{
 		{Name: RegisterBlock, Item: ItemBlock, To: string(BlockLive), Requires: []Require{Absent}, Code: "RegisterBlock"},
 		{Name: RegisterRejected, Item: ItemBlock, To: string(BlockRejected), Requires: []Require{Absent}, Code: "RegisterBlock"},
+		{Name: RegisterMarked, Item: ItemBlock, To: string(BlockRetiring), Requires: []Require{Absent}, Code: "RegisterBlock"},
 
 		{Name: CreateFirst, Item: ItemVersion, To: string(GroupClaiming), Requires: []Require{Absent},
 			With: []Name{CreatePartition}, Code: "CreateVersion"},
@@ -169,7 +178,7 @@ func Table() []Transition {
 
 		{Name: ClaimFence, Item: ItemVersion, From: states(GroupClaiming), Check: true, Requires: []Require{AtVersion}, Code: "Claim"},
 		{Name: Claim, Item: ItemBlock, From: states(BlockLive), To: string(BlockClaimed),
-			Requires: []Require{AtGen, Published, Unclaimed}, With: []Name{ClaimFence}, Code: "Claim"},
+			Requires: []Require{AtGen, Published, Unclaimed, Compactable}, With: []Name{ClaimFence}, Code: "Claim"},
 		{Name: ReleaseClaim, Item: ItemBlock, From: states(BlockClaimed), To: string(BlockLive),
 			Requires: []Require{ClaimedByWriter}, Code: "ReleaseClaim"},
 		{Name: Plan, Item: ItemVersion, From: states(GroupClaiming), To: string(GroupPlanned),
@@ -225,6 +234,9 @@ func Table() []Transition {
 		{Name: RecordNoCompact, Item: ItemBlock, From: states(BlockQuarantined), Requires: []Require{AtGen}, Code: "RecordNoCompactMark"},
 		{Name: ForgetNoCompact, Item: ItemBlock, From: states(BlockLive), Requires: []Require{AtGen, NoCompactMarkNamed},
 			Code: "ForgetNoCompactMark"},
+		{Name: NoteMark, Item: ItemBlock, From: states(BlockLive, BlockClaimed), Requires: []Require{AtGen}, Code: "NoteForeignMark"},
+		{Name: HonourDeletion, Item: ItemBlock, From: states(BlockLive), To: string(BlockRetiring),
+			Requires: []Require{AtGen, Unclaimed, MarkRecorded}, Code: "HonourDeletionMark"},
 	}
 }
 

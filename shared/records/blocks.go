@@ -23,6 +23,11 @@ const maxTransactItems = 100
 // stream (when the block has one: sr is nil for a rejected upload) and its
 // tenant. A block that is already registered loses the condition and comes
 // back as *ConditionLostError with the existing record.
+//
+// A block found with another tool's deletion mark (a bucket adopted from
+// a running compactor) is registered RETIRING, its mark recorded, and put
+// on the agenda for deletion when the deletion delay from its mark ends:
+// it is never a source, and it is deleted as the mark asked.
 func (st *Store) RegisterBlock(ctx context.Context, b Block, ranges []planning.GroupKey, sr *StreamRecord) error {
 	b, parts, err := splitMeta(b)
 	if err != nil {
@@ -32,11 +37,19 @@ func (st *Store) RegisterBlock(ctx context.Context, b Block, ranges []planning.G
 	if err != nil {
 		return err
 	}
-	name := protocol.RegisterBlock
-	if b.State == protocol.BlockRejected {
+	var name protocol.Name
+	switch b.State {
+	case protocol.BlockLive:
+		name = protocol.RegisterBlock
+	case protocol.BlockRejected:
 		name = protocol.RegisterRejected
-	} else if b.State != protocol.BlockLive {
-		return fmt.Errorf("register %s: an upload is registered LIVE or REJECTED, not %s", b.Key(), b.State)
+	case protocol.BlockRetiring:
+		if b.MarkVersionID == "" || b.RetireAt == 0 {
+			return fmt.Errorf("register %s: a block registered RETIRING needs its deletion mark's version and deletion time", b.Key())
+		}
+		name = protocol.RegisterMarked
+	default:
+		return fmt.Errorf("register %s: an upload is registered LIVE, REJECTED or RETIRING, not %s", b.Key(), b.State)
 	}
 	bg, err := guard(name, subject{tenant: b.Tenant, block: b.ID}, expect{gen: b.Gen})
 	if err != nil {
@@ -47,6 +60,9 @@ func (st *Store) RegisterBlock(ctx context.Context, b Block, ranges []planning.G
 	x.plain(parts...)
 	for _, g := range ranges {
 		x.plain(memberPut(b, g))
+	}
+	if b.State == protocol.BlockRetiring {
+		x.plain(types.TransactWriteItem{Put: &types.Put{Item: agendaItem(AgendaDelete, time.UnixMilli(b.RetireAt), b.Tenant, b.ID)}})
 	}
 	if sr != nil {
 		// The same stream always has the same record (its id is a hash of
@@ -319,6 +335,42 @@ func (st *Store) RecordMark(ctx context.Context, tenant, id string, gen int64, v
 	b := Block{Tenant: tenant, ID: id, Gen: gen}
 	return st.writeBlock(ctx, "marked "+b.Key(), protocol.RecordMark, b, expect{}, now,
 		"markVid = :vid, markedAt = :now, updatedAt = :now", "", map[string]types.AttributeValue{":vid": s(vid), ":now": n(now.UnixMilli())})
+}
+
+// NoteForeignMark records a mark another tool wrote for a LIVE or CLAIMED
+// block at gen (from is the state read): from now on the block is never
+// claimed (the claim requires no no-compact mark). A no-compact mark is
+// named as another's (a release of the block leaves it); a deletion mark
+// is recorded with its time, and the deletion delay runs from then.
+func (st *Store) NoteForeignMark(ctx context.Context, b Block, from protocol.BlockState, file, vid string, markedAt, now time.Time) error {
+	set := "noCompact = :t, updatedAt = :now"
+	vals := map[string]types.AttributeValue{":t": &types.AttributeValueMemberBOOL{Value: true}, ":vid": s(vid), ":now": n(now.UnixMilli())}
+	switch file {
+	case "deletion-mark.json":
+		set += ", markVid = :vid, markedAt = :at"
+		vals[":at"] = n(markedAt.UnixMilli())
+	case "no-compact-mark.json":
+		set += ", ncVid = :vid, ncOurs = :f"
+		vals[":f"] = &types.AttributeValueMemberBOOL{Value: false}
+	default:
+		return fmt.Errorf("note a mark of %s: %q is no mark", b.Key(), file)
+	}
+	return st.writeBlock(ctx, "note "+file+" of "+b.Key(), protocol.NoteMark, b, expect{from: string(from)}, now, set, "", vals)
+}
+
+// HonourDeletionMark retires a LIVE, unclaimed block whose deletion mark
+// (another tool's) is recorded: LIVE → RETIRING at gen, on the agenda for
+// deletion at retireAt. It returns the block's new gen.
+func (st *Store) HonourDeletionMark(ctx context.Context, b Block, retireAt, now time.Time) (int64, error) {
+	g, it, err := blockWrite(protocol.HonourDeletion, b, expect{}, now, "retireAt = :at, updatedAt = :now", "",
+		map[string]types.AttributeValue{":at": n(retireAt.UnixMilli()), ":now": n(now.UnixMilli())})
+	if err != nil {
+		return 0, err
+	}
+	var x tx
+	x.add(g, it)
+	x.plain(types.TransactWriteItem{Put: &types.Put{Item: agendaItem(AgendaDelete, retireAt, b.Tenant, b.ID)}})
+	return b.Gen + 1, st.commit(ctx, "honour the deletion mark of "+b.Key(), x)
 }
 
 // StartDelete moves a RETIRING block whose deletion mark is recorded to

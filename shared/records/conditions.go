@@ -112,6 +112,9 @@ func guard(name protocol.Name, on subject, e expect) (guarded, error) {
 		case protocol.NoCompactMarkNamed:
 			g.vals[":ncvid"] = s(e.vid)
 			parts = append(parts, "ncVid = :ncvid")
+		case protocol.Compactable:
+			g.vals[":nc"] = &types.AttributeValueMemberBOOL{Value: true}
+			parts = append(parts, "(attribute_not_exists(noCompact) OR noCompact <> :nc)")
 		case protocol.BelowMaxFailures:
 			g.vals[":max"] = n(int64(e.max))
 			parts = append(parts, "(attribute_not_exists(failures) OR failures < :max)")

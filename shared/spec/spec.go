@@ -91,9 +91,12 @@ type Table struct {
 type Bucket struct {
 	// Versioned must be true: every DELETE names a VersionId (docs/design.md §1).
 	Versioned bool
-	// NotifySuffix is the key suffix whose ObjectCreated events reach
-	// BlockEvents.
-	NotifySuffix string
+	// NotifySuffixes are the key suffixes whose ObjectCreated events reach
+	// BlockEvents, one notification each: meta.json (a block is complete)
+	// and -mark.json (a deletion or no-compact mark, Sluice's own or
+	// another tool's, which the planner honours). No suffix is a suffix of
+	// another, as S3 requires of configurations that share an event type.
+	NotifySuffixes []string
 }
 
 // Resources is the whole set, named under one prefix.
@@ -121,7 +124,7 @@ func Default(prefix string) Resources {
 	}
 	r := Resources{
 		Prefix:    prefix,
-		Bucket:    Bucket{Versioned: true, NotifySuffix: "meta.json"},
+		Bucket:    Bucket{Versioned: true, NotifySuffixes: []string{"meta.json", "-mark.json"}},
 		Table:     Table{PartitionKey: "PK", SortKey: "SK", TTLAttribute: "expiresAt"},
 		Functions: fns,
 	}

@@ -635,6 +635,8 @@ func (m *Monitor) held(req protocol.Require, r itemRef, c protocol.Change, pre p
 			return found && b.MarkVersionID != ""
 		case protocol.NoCompactMarkNamed:
 			return found && b.NoCompactMarkVersionID != ""
+		case protocol.Compactable:
+			return found && !b.NoCompact
 		}
 	}
 	return true // a requirement on values the change does not carry (the attempt limit): DynamoDB's to enforce

@@ -1,0 +1,193 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/sluice-dev/sluice/shared/blockkey"
+	"github.com/sluice-dev/sluice/shared/blockmeta"
+	"github.com/sluice-dev/sluice/shared/protocol"
+	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/s3errors"
+	"github.com/sluice-dev/sluice/shared/s3event"
+)
+
+// markRounds bounds how often one mark event re-reads its block after a
+// lost condition or a superseded version before it leaves the rest to a
+// redelivery.
+const markRounds = 5
+
+// errMarkNotYet is a mark that cannot be honoured yet (its block is an
+// output still being published): the event is retried.
+var errMarkNotYet = errors.New("the block is not settled yet; the mark is honoured on a later delivery")
+
+// handleMark honours a deletion-mark.json or no-compact-mark.json that
+// another tool (`thanos tools bucket mark`, a Cortex or Mimir compactor, an
+// operator) wrote for a block: Thanos' compactor would never compact such
+// a block again, and would delete a marked one after its deletion delay.
+//
+// The mark is noted on the block's record first (LIVE or CLAIMED, fenced
+// on its gen), which keeps it from every later claim. A block that a
+// running version has claimed takes that version down with it (CLAIMING or
+// PLANNED → SUPERSEDED, fenced on the version): a job of it can no longer
+// commit, so the marked block's data is not carried into an output — a
+// `thanos tools bucket rewrite` that deleted series and marked the
+// original would otherwise be undone. Released, a block marked for
+// deletion is retired (LIVE → RETIRING) and deleted by the sweep when the
+// deletion delay from its mark ends, with its mark.
+//
+// Sluice's own marks arrive here too (a retired source's deletion mark, a
+// quarantined block's no-compact mark): their blocks are RETIRING or
+// QUARANTINED, and nothing is done.
+func (p Planner) handleMark(ctx context.Context, k blockkey.Key, vid string) error {
+	log := p.Logger.With("tenant", k.Tenant, "block", k.Block.String(), "mark", k.File)
+	b, known, err := p.records().GetBlock(ctx, k.Tenant, k.Block.String())
+	if err != nil {
+		return err
+	}
+	if !known {
+		// The block's meta.json event may be on its way, or its
+		// registration may have listed the prefix before the mark was
+		// written and not put its record yet. Registering the block now,
+		// from its meta.json, closes that gap: the registration's LIST
+		// sees the mark; a rival registration that wins is read back.
+		meta := k
+		meta.File = blockkey.MetaFile
+		if err := p.handleObject(ctx, s3event.ObjectCreated{Key: meta.String()}); err != nil {
+			return err
+		}
+		if b, known, err = p.records().GetBlock(ctx, k.Tenant, k.Block.String()); err != nil {
+			return err
+		}
+		if !known {
+			log.WarnContext(ctx, "mark for a block with no meta.json (a partial upload, or one deleted since): left alone", "key", k.String())
+			return nil
+		}
+	}
+	for round := 0; round < markRounds; round++ {
+		again, err := p.honourMark(ctx, k, b, vid, log)
+		if err != nil || !again {
+			return err
+		}
+		if b, known, err = p.records().GetBlock(ctx, k.Tenant, k.Block.String()); err != nil || !known {
+			return err
+		}
+	}
+	return fmt.Errorf("mark %s: the block kept moving for %d rounds; retried", k, markRounds)
+}
+
+// honourMark takes one step for the mark of block b; again asks for the
+// record to be read again and another step.
+func (p Planner) honourMark(ctx context.Context, k blockkey.Key, b records.Block, vid string, log *slog.Logger) (again bool, err error) {
+	deletion := k.File == blockkey.DeletionMarkFile
+	switch b.State {
+	case protocol.BlockLive, protocol.BlockClaimed:
+	case protocol.BlockPending:
+		return false, fmt.Errorf("mark %s: %w", k, errMarkNotYet)
+	default:
+		log.DebugContext(ctx, "mark of a block that is leaving or left alone already; nothing to do", "state", b.State)
+		return false, nil
+	}
+	noted := b.NoCompact && (!deletion || b.MarkVersionID != "")
+	if !noted {
+		if vid == "" {
+			if _, vid, err = p.getObject(ctx, k.String(), ""); err != nil {
+				if s3errors.IsNotFound(err) {
+					log.WarnContext(ctx, "mark is gone again; nothing to honour")
+					return false, nil
+				}
+				return false, err
+			}
+		}
+		markedAt := p.now()
+		if deletion {
+			if markedAt, err = p.markTime(ctx, k, vid); err != nil {
+				return false, err
+			}
+		}
+		if err := p.records().NoteForeignMark(ctx, b, b.State, k.File, vid, markedAt, p.now()); err != nil {
+			if records.IsConditionLost(err) {
+				return true, nil
+			}
+			return false, err
+		}
+		log.InfoContext(ctx, "another tool's mark noted; the block is never a source again", "state", b.State, "gen", b.Gen, "markVersion", vid)
+		return true, nil
+	}
+	if b.State == protocol.BlockClaimed {
+		return p.supersedeFor(ctx, b, log)
+	}
+	if !deletion {
+		log.InfoContext(ctx, "no-compact mark honoured; its range is compacted around the block")
+		return false, nil
+	}
+	retireAt := time.UnixMilli(b.MarkedAt).Add(p.Config.DeletionDelay)
+	if _, err := p.records().HonourDeletionMark(ctx, b, retireAt, p.now()); err != nil {
+		if records.IsConditionLost(err) {
+			return true, nil
+		}
+		return false, err
+	}
+	log.InfoContext(ctx, "deletion mark honoured: the block is retired and deleted when its delay ends", "deleteAt", retireAt.UTC())
+	return false, p.planFor(ctx, b)
+}
+
+// supersedeFor takes down the version that claims marked block b, unless
+// it completed already (then its retirement deletes the block, and its
+// outputs hold the block's data: the mark came too late to keep it out).
+func (p Planner) supersedeFor(ctx context.Context, b records.Block, log *slog.Logger) (again bool, err error) {
+	ref, err := protocol.ParseVersionRef(b.ClaimedBy)
+	if err != nil {
+		return false, fmt.Errorf("block %s is claimed by %q: %w", b.Key(), b.ClaimedBy, err)
+	}
+	head, ok, err := p.records().GetGroup(ctx, ref.Tenant, ref.Group)
+	if err != nil {
+		return false, err
+	}
+	if !ok || head.Version != ref.Version {
+		// The claim outlived its version's head: the cleanup that
+		// releases it is on its way.
+		return false, fmt.Errorf("marked block %s is claimed by %s, which is not its group's version; retried", b.Key(), b.ClaimedBy)
+	}
+	switch head.State {
+	case protocol.GroupClaiming, protocol.GroupPlanned:
+		err := p.records().Supersede(ctx, head, head.State, "a source was marked by another tool: "+b.ID, p.now())
+		if records.IsConditionLost(err) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		log.WarnContext(ctx, "the version compacting a marked block is superseded; its group is planned again without it", "version", head.Ref())
+		head.State = protocol.GroupSuperseded
+		fallthrough
+	case protocol.GroupSuperseded:
+		return true, p.cleanupSuperseded(ctx, head)
+	case protocol.GroupComplete, protocol.GroupRetired:
+		log.WarnContext(ctx, "mark arrived after the version compacting the block completed: its data is in that version's outputs, and the block is deleted as a retired source", "version", head.Ref())
+		return false, nil
+	default:
+		log.WarnContext(ctx, "marked block is a source of a quarantined version; it stays claimed until `sluice retry` of the group", "version", head.Ref())
+		return false, nil
+	}
+}
+
+// markTime is when a deletion mark says its block was marked: its
+// deletion_time. A mark that cannot be read as Thanos writes it counts
+// from now, so the block is still kept for the whole delay.
+func (p Planner) markTime(ctx context.Context, k blockkey.Key, vid string) (time.Time, error) {
+	key := k.Object(blockkey.DeletionMarkFile)
+	body, _, err := p.getObject(ctx, key, vid)
+	if err != nil {
+		return time.Time{}, err
+	}
+	m, err := blockmeta.ParseDeletionMark(body, k.BlockKey())
+	if err != nil {
+		p.Logger.WarnContext(ctx, "deletion mark is not one Thanos would write; its delay runs from now", "key", key, "err", err)
+		return p.now(), nil
+	}
+	return time.Unix(m.DeletionTime, 0), nil
+}
