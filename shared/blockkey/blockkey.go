@@ -83,6 +83,16 @@ func (l Layout) root() string {
 	return ""
 }
 
+// TenantPrefix is the key prefix under which tenant's blocks live ("" for
+// every tenant: the layout's root). It is what `sluice adopt` lists, the
+// one LIST wider than a block that Sluice makes, and only on request.
+func (l Layout) TenantPrefix(tenant string) string {
+	if tenant == "" || l.SingleTenant != "" {
+		return l.root()
+	}
+	return l.root() + tenant + "/"
+}
+
 // Block returns the key of block id of tenant (File empty). In a
 // single-tenant layout, tenant must be empty or the layout's tenant.
 func (l Layout) Block(tenant string, id ulid.ULID) (Key, error) {

@@ -204,7 +204,7 @@ func (p Planner) register(ctx context.Context, k blockkey.Key, body []byte, vid 
 	if err := p.records().RegisterBlock(ctx, b, ranges, sr); err != nil {
 		return b, err
 	}
-	log.InfoContext(ctx, "block registered", "stream", st.String(), "streamID", b.Stream, "minT", b.MinT, "maxT", b.MaxT, "level", b.Level,
+	log.InfoContext(ctx, "block registered", "state", b.State, "stream", st.String(), "streamID", b.Stream, "minT", b.MinT, "maxT", b.MaxT, "level", b.Level,
 		"series", b.Series, "files", len(b.Files), "noCompact", b.NoCompact, "superseded", len(b.Superseded))
 	return b, p.sendSuperseded(ctx, k, b)
 }

@@ -149,14 +149,19 @@ func (w *World) UploadDamaged(ctx context.Context, tenant, dir string) {
 	w.Damaged[tenant][filepath.Base(dir)] = true
 }
 
-// UploadBlock uploads dir as block <tenant>/<ULID of dir>.
+// UploadBlock uploads dir as block <tenant>/<ULID of dir>: its files, then
+// its meta.json.
 func UploadBlock(ctx context.Context, c *s3.Client, bucket string, layout blockkey.Layout, tenant, dir string) error {
-	k, err := BlockKeyOf(layout, tenant, dir)
-	if err != nil {
+	if err := UploadFiles(ctx, c, bucket, layout, tenant, dir); err != nil {
 		return err
 	}
+	return uploadFile(ctx, c, bucket, layout, tenant, dir, blockkey.MetaFile)
+}
+
+// UploadFiles uploads every file of dir but meta.json: a partial upload.
+func UploadFiles(ctx context.Context, c *s3.Client, bucket string, layout blockkey.Layout, tenant, dir string) error {
 	var files []string
-	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
@@ -170,15 +175,26 @@ func UploadBlock(ctx context.Context, c *s3.Client, bucket string, layout blockk
 		return err
 	}
 	sort.Strings(files)
-	for _, rel := range append(files, blockkey.MetaFile) {
-		body, err := os.ReadFile(filepath.Join(dir, rel))
-		if err != nil {
+	for _, rel := range files {
+		if err := uploadFile(ctx, c, bucket, layout, tenant, dir, rel); err != nil {
 			return err
 		}
-		if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(k.Object(rel)),
-			Body: bytes.NewReader(body)}); err != nil {
-			return fmt.Errorf("upload %s: %w", k.Object(rel), err)
-		}
+	}
+	return nil
+}
+
+func uploadFile(ctx context.Context, c *s3.Client, bucket string, layout blockkey.Layout, tenant, dir, rel string) error {
+	k, err := BlockKeyOf(layout, tenant, dir)
+	if err != nil {
+		return err
+	}
+	body, err := os.ReadFile(filepath.Join(dir, rel))
+	if err != nil {
+		return err
+	}
+	if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(k.Object(rel)),
+		Body: bytes.NewReader(body)}); err != nil {
+		return fmt.Errorf("upload %s: %w", k.Object(rel), err)
 	}
 	return nil
 }
