@@ -59,8 +59,9 @@ type Block struct {
 	MetaVersionID string `dynamodbav:"metaVid,omitempty"`
 	MarkVersionID string `dynamodbav:"markVid,omitempty"`
 	// NoCompactMarkVersionID is the no-compact-mark.json version Sluice
-	// wrote for a QUARANTINED block (or found there: then
-	// NoCompactMarkOurs is false and a release leaves it alone).
+	// wrote for a QUARANTINED block, or another tool's that registration
+	// found or a later notification brought (then NoCompactMarkOurs is
+	// false and a release leaves it alone).
 	NoCompactMarkVersionID string `dynamodbav:"ncVid,omitempty"`
 	NoCompactMarkOurs      bool   `dynamodbav:"ncOurs,omitempty"`
 	Published              bool   `dynamodbav:"published"`
@@ -88,7 +89,9 @@ type Block struct {
 func (b Block) Key() string { return b.Tenant + "/" + b.ID }
 
 // AllVersions lists every object version the block's record names,
-// meta.json first (a reader must stop seeing the block before its files go).
+// meta.json first (a reader must stop seeing the block before its files go),
+// its marks last. A no-compact mark is named whoever wrote it: a deleted
+// block goes with its whole directory, as Thanos deletes one.
 func (b Block) AllVersions() []ObjectVersion {
 	var out []ObjectVersion
 	if b.MetaVersionID != "" {
@@ -98,7 +101,7 @@ func (b Block) AllVersions() []ObjectVersion {
 	if b.MarkVersionID != "" {
 		out = append(out, ObjectVersion{RelPath: "deletion-mark.json", VersionID: b.MarkVersionID})
 	}
-	if b.NoCompactMarkVersionID != "" && b.NoCompactMarkOurs {
+	if b.NoCompactMarkVersionID != "" {
 		out = append(out, ObjectVersion{RelPath: "no-compact-mark.json", VersionID: b.NoCompactMarkVersionID})
 	}
 	return out
