@@ -164,4 +164,26 @@ func (s *Sluice) addSweepSchedule(props Props) {
 	})
 }
 
+// addRetentionSchedule invokes the cleaner every
+// spec.DefaultRetentionInterval with spec.RetentionEvent: retention runs
+// on its own schedule, not only when something compacts. Without
+// SLUICE_RETENTION* the pass returns at once.
+func (s *Sluice) addRetentionSchedule() {
+	var payload map[string]any
+	if err := json.Unmarshal([]byte(spec.RetentionEvent), &payload); err != nil {
+		panic(fmt.Sprintf("spec.RetentionEvent %s: %v", spec.RetentionEvent, err))
+	}
+	minutes := spec.DefaultRetentionInterval.Minutes()
+	target := awseventstargets.NewLambdaFunction(s.Functions[spec.Cleaner], &awseventstargets.LambdaFunctionProps{
+		Event:         awsevents.RuleTargetInput_FromObject(payload),
+		RetryAttempts: jsii.Number(2),
+		MaxEventAge:   awscdk.Duration_Minutes(jsii.Number(minutes)),
+	})
+	awsevents.NewRule(s.Stack, jsii.String("CleanerRetention"), &awsevents.RuleProps{
+		Description: jsii.String("Sluice retention: " + spec.RetentionEvent),
+		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(minutes))),
+		Targets:     &[]awsevents.IRuleTarget{target},
+	})
+}
+
 func ptr[T any](v T) *T { return &v }

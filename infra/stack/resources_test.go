@@ -308,6 +308,22 @@ func TestEachQueueFeedsItsConsumerWithPartialBatchFailures(t *testing.T) {
 	})
 }
 
+func TestRetentionRunsOnItsOwnSchedule(t *testing.T) {
+	each(t, func(t *testing.T, d *deployment) {
+		cleaner := d.functionID(t, d.props.Resources.Function(spec.Cleaner))
+		check(t, "rule", func() {
+			d.tmpl.HasResourceProperties(jsii.String("AWS::Events::Rule"), obj{
+				"ScheduleExpression": "rate(1 hour)",
+				"State":              "ENABLED",
+				"Targets": arr{obj{
+					"Arn":   getAtt(cleaner, "Arn"),
+					"Input": spec.RetentionEvent,
+				}},
+			})
+		})
+	})
+}
+
 func TestScheduleSweepsTheCleaner(t *testing.T) {
 	each(t, func(t *testing.T, d *deployment) {
 		cleaner := d.functionID(t, d.props.Resources.Function(spec.Cleaner))

@@ -50,6 +50,7 @@ func New(scope constructs.Construct, id string, props Props, stackProps *awscdk.
 		s.addFunction(props, f)
 	}
 	s.addSweepSchedule(props)
+	s.addRetentionSchedule()
 	s.addAlarms(r)
 	s.addOutputs(props)
 	return s, nil

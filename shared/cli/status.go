@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/retention"
 	"github.com/sluice-dev/sluice/shared/spec"
 )
 
@@ -125,10 +126,38 @@ type TenantStatus struct {
 	// Quarantined lists the blocks and groups Sluice gave up on after
 	// repeated failures, with the reason; 'sluice retry' releases them.
 	Quarantined []Quarantined `json:"quarantined"`
+	// Retention says what retention deletes next and when (nil when no
+	// retention is set).
+	Retention *RetentionStatus `json:"retention,omitempty"`
 	// Notes say what an operator's other tools will make of the bucket:
 	// in a Thanos bucket, the partitioned outputs Thanos' tools report as
 	// overlapping blocks.
 	Notes []string `json:"notes,omitempty"`
+}
+
+// RetentionStatus is a tenant's retention: the blocks past it that the
+// next pass retires, and the next block to expire after them.
+type RetentionStatus struct {
+	Raw         string `json:"raw,omitempty"`
+	FiveMinutes string `json:"5m,omitempty"`
+	OneHour     string `json:"1h,omitempty"`
+	// Due counts the blocks past their retention that the next pass
+	// (every Interval) retires; claimed blocks wait for their version.
+	Due      int    `json:"due"`
+	Interval string `json:"interval"`
+	// Next is the next block to expire after those, if any.
+	Next *NextExpiry `json:"next,omitempty"`
+}
+
+// NextExpiry is the next block retention expires.
+type NextExpiry struct {
+	Block string    `json:"block"`
+	Level int       `json:"level"`
+	MaxT  time.Time `json:"maxTime"`
+	// At is when its retention ends; DeletedAt when it is deleted, the
+	// deletion delay after it is marked.
+	At        time.Time `json:"at"`
+	DeletedAt time.Time `json:"deletedAt"`
 }
 
 // Quarantined is a quarantined block (Block set) or group (Group set).
@@ -248,6 +277,9 @@ func GatherStatus(ctx context.Context, st *records.Store, q SQSAPI, cfg config.C
 	}
 	for _, t := range tenants {
 		ts, err := tenantStatus(ctx, st, cfg.Policy, cfg.Layout.SingleTenant != "", t, opts.AllGroups, now)
+		if err == nil && cfg.Retention.Enabled() {
+			ts.Retention = retentionStatus(ctx, st, cfg, t, now)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -551,4 +583,35 @@ func shortDuration(d time.Duration) string {
 		return "0s"
 	}
 	return s
+}
+
+// retentionStatus reads what the retention pass would read and says what
+// it will do; a tenant whose view cannot be read gets none.
+func retentionStatus(ctx context.Context, st *records.Store, cfg config.Config, tenant string, now time.Time) *RetentionStatus {
+	streams, err := st.TenantStreams(ctx, tenant)
+	if err != nil {
+		return nil
+	}
+	res := map[string]int64{}
+	for _, s := range streams {
+		res[s.ID] = s.Resolution
+	}
+	blocks, err := st.RetentionView(ctx, tenant)
+	if err != nil {
+		return nil
+	}
+	due, next, ok := retention.Expiries(cfg.Retention, blocks, res, now)
+	keep := func(d time.Duration) string {
+		if d <= 0 {
+			return ""
+		}
+		return shortDuration(d)
+	}
+	rs := &RetentionStatus{Raw: keep(cfg.Retention.Raw), FiveMinutes: keep(cfg.Retention.FiveMinutes), OneHour: keep(cfg.Retention.OneHour),
+		Due: len(due), Interval: shortDuration(cfg.RetentionInterval)}
+	if ok {
+		rs.Next = &NextExpiry{Block: next.Block.ID, Level: next.Block.Level, MaxT: time.UnixMilli(next.Block.MaxT).UTC(),
+			At: next.At.UTC(), DeletedAt: next.At.Add(cfg.DeletionDelay).UTC()}
+	}
+	return rs
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/common/model"
+
 	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/planning"
@@ -89,12 +91,48 @@ type Config struct {
 	// same sources — before the cleaner quarantines the source the last
 	// failure blamed, or the group (SLUICE_MAX_JOB_ATTEMPTS, default 3).
 	MaxJobAttempts int
+	// Retention is how long blocks are kept, by resolution; zero keeps
+	// them for ever (SLUICE_RETENTION for raw blocks, SLUICE_RETENTION_5M
+	// and SLUICE_RETENTION_1H for Thanos' downsampled ones; Prometheus
+	// durations such as 90d or 1y).
+	Retention Retention
+	// RetentionInterval is how often retention runs, on its own schedule
+	// (SLUICE_RETENTION_INTERVAL, default 1h).
+	RetentionInterval time.Duration
 	// DeadlineMargin is how long before its function's deadline a job
 	// stops, records its attempt as failed and commits nothing
 	// (SLUICE_DEADLINE_MARGIN, default 1m: enough to record the failure
 	// and tell the cleaner).
 	DeadlineMargin time.Duration
 }
+
+// EnvRetention names raw blocks' retention (Config.Retention); _5M and
+// _1H after it name the downsampled resolutions'.
+const EnvRetention = "SLUICE_RETENTION"
+
+// Retention is how long blocks of each resolution are kept after their
+// end (maxTime), as Thanos' --retention.resolution-raw, -5m and -1h; zero
+// keeps them for ever.
+type Retention struct {
+	Raw, FiveMinutes, OneHour time.Duration
+}
+
+// Of is the retention of blocks at resolution res (ms; 0 for raw), zero
+// when they are kept for ever or res is none of Thanos' three.
+func (r Retention) Of(res int64) time.Duration {
+	switch res {
+	case 0:
+		return r.Raw
+	case 5 * 60 * 1000:
+		return r.FiveMinutes
+	case 60 * 60 * 1000:
+		return r.OneHour
+	}
+	return 0
+}
+
+// Enabled reports whether any resolution has a retention.
+func (r Retention) Enabled() bool { return r.Raw > 0 || r.FiveMinutes > 0 || r.OneHour > 0 }
 
 // EnvReplicaLabels names the replica labels (Config.ReplicaLabels).
 const EnvReplicaLabels = "SLUICE_REPLICA_LABELS"
@@ -246,6 +284,20 @@ func Load(getenv func(string) string) (Config, error) {
 		c.MaxJobAttempts = 3
 	}
 	c.DeadlineMargin = dur("SLUICE_DEADLINE_MARGIN", time.Minute)
+	keep := func(name string) time.Duration {
+		v := getenv(name)
+		if v == "" || v == "0" {
+			return 0
+		}
+		d, err := model.ParseDuration(v)
+		if err != nil || d <= 0 {
+			errs = append(errs, fmt.Sprintf("%s=%q is not a retention (a duration such as 90d, 2w or 1y; 0 keeps blocks for ever)", name, v))
+			return 0
+		}
+		return time.Duration(d)
+	}
+	c.Retention = Retention{Raw: keep(EnvRetention), FiveMinutes: keep(EnvRetention + "_5M"), OneHour: keep(EnvRetention + "_1H")}
+	c.RetentionInterval = dur("SLUICE_RETENTION_INTERVAL", time.Hour)
 	// A job works until DeadlineMargin before its function's deadline
 	// (Compact.workContext): that is the time the planner sizes it for, as
 	// the job itself does from its context.

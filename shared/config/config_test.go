@@ -42,6 +42,8 @@ func TestLoadRejects(t *testing.T) {
 		{"job timeout within the margin", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_JOB_TIMEOUT", "30s"), "SLUICE_JOB_TIMEOUT"},
 		{"churn out of range", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_SERIES_CHURN", "1.5"), "SLUICE_SERIES_CHURN"},
 		{"bad scratch budget", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_SCRATCH_BYTES", "8GiB"), "SLUICE_SCRATCH_BYTES"},
+		{"bad retention", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_RETENTION_5M", "a year"), "SLUICE_RETENTION_5M"},
+		{"negative retention", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_RETENTION", "-3d"), "SLUICE_RETENTION"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -113,5 +115,29 @@ func TestJobSizingSettings(t *testing.T) {
 	}
 	if c.Policy.JobTimeout != 8*time.Minute || c.Policy.ScratchBytes != 1<<30 || c.Policy.Throughput != 1<<20 || c.Policy.SeriesChurn != 1 {
 		t.Fatalf("overrides: %+v", c.Policy)
+	}
+}
+
+// TestRetentionSettings: Prometheus durations per resolution, 0 or unset
+// keeps blocks for ever, and retention has its own interval.
+func TestRetentionSettings(t *testing.T) {
+	c, err := Load(env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_RETENTION", "90d", "SLUICE_RETENTION_5M", "1y",
+		"SLUICE_RETENTION_1H", "0", "SLUICE_RETENTION_INTERVAL", "15m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Retention{Raw: 90 * 24 * time.Hour, FiveMinutes: 365 * 24 * time.Hour}
+	if c.Retention != want || c.RetentionInterval != 15*time.Minute || !c.Retention.Enabled() {
+		t.Fatalf("retention = %+v every %v, want %+v every 15m", c.Retention, c.RetentionInterval, want)
+	}
+	if c.Retention.Of(0) != want.Raw || c.Retention.Of(5*60*1000) != want.FiveMinutes || c.Retention.Of(60*60*1000) != 0 || c.Retention.Of(7) != 0 {
+		t.Errorf("Of does not map Thanos' resolutions: %+v", c.Retention)
+	}
+	d, err := Load(env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Retention.Enabled() || d.RetentionInterval != time.Hour {
+		t.Errorf("default retention = %+v every %v; want none, every 1h", d.Retention, d.RetentionInterval)
 	}
 }

@@ -127,6 +127,11 @@ func New(clients *awsenv.Clients, cfg config.Config, res spec.Resources, opts Op
 	r := eventsource.New(clients.SQS, opts.Logger, sources...)
 	cleaner := pipeline.Cleaner{Deps: deps}
 	r.Every("sweep", opts.SweepInterval, cleaner.Sweep)
+	if cfg.Retention.Enabled() {
+		// Retention has a schedule of its own, as in the stack; no timer
+		// (and no query) when no retention is set.
+		r.Every("retention", cfg.RetentionInterval, cleaner.Retention)
+	}
 	return &Pipeline{Deps: deps, Runner: r, Refused: refused, opts: opts}, nil
 }
 

@@ -67,8 +67,9 @@ func (c Cleaner) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 	}), nil
 }
 
-// HandleInvoke is the Lambda entry point: an SQS batch, or the schedule's
-// sweep event (spec.SweepEvent) delivered directly.
+// HandleInvoke is the Lambda entry point: an SQS batch, or a schedule's
+// sweep or retention event (spec.SweepEvent, spec.RetentionEvent)
+// delivered directly.
 func (c Cleaner) HandleInvoke(ctx context.Context, raw json.RawMessage) (any, error) {
 	var probe struct {
 		Records []json.RawMessage `json:"Records"`
@@ -77,8 +78,11 @@ func (c Cleaner) HandleInvoke(ctx context.Context, raw json.RawMessage) (any, er
 	if err := json.Unmarshal(raw, &probe); err != nil {
 		return nil, fmt.Errorf("cleaner: undecodable invocation: %w", err)
 	}
-	if probe.Sluice == string(messages.KindSweep) {
+	switch probe.Sluice {
+	case string(messages.KindSweep):
 		return nil, c.Sweep(ctx)
+	case retentionKind:
+		return nil, c.Retention(ctx)
 	}
 	var ev events.SQSEvent
 	if err := json.Unmarshal(raw, &ev); err != nil {

@@ -111,6 +111,7 @@ const (
 	ForgetNoCompact  Name = "forget no-compact mark"
 	NoteMark         Name = "note another tool's mark"
 	HonourDeletion   Name = "honour a deletion mark"
+	Expire           Name = "expire by retention"
 )
 
 // Transition is one item's step: from one of From (none: Absent) to To
@@ -237,6 +238,8 @@ func Table() []Transition {
 		{Name: NoteMark, Item: ItemBlock, From: states(BlockLive, BlockClaimed), Requires: []Require{AtGen}, Code: "NoteForeignMark"},
 		{Name: HonourDeletion, Item: ItemBlock, From: states(BlockLive), To: string(BlockRetiring),
 			Requires: []Require{AtGen, Unclaimed, MarkRecorded}, Code: "HonourDeletionMark"},
+		{Name: Expire, Item: ItemBlock, From: states(BlockLive), To: string(BlockRetiring),
+			Requires: []Require{AtGen, Published, Unclaimed}, Code: "Expire"},
 	}
 }
 

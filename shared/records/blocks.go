@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -371,6 +372,67 @@ func (st *Store) HonourDeletionMark(ctx context.Context, b Block, retireAt, now 
 	x.add(g, it)
 	x.plain(types.TransactWriteItem{Put: &types.Put{Item: agendaItem(AgendaDelete, retireAt, b.Tenant, b.ID)}})
 	return b.Gen + 1, st.commit(ctx, "honour the deletion mark of "+b.Key(), x)
+}
+
+// Expire retires a LIVE, published, unclaimed block that is past its
+// retention (LIVE → RETIRING at gen) and puts it on the agenda for deletion
+// at retireAt, as a retired source. A block a version has claimed is
+// never expired: retention waits for what that version makes of it. It
+// returns the gen the MARK and DELETE ops carry.
+func (st *Store) Expire(ctx context.Context, b Block, retireAt, now time.Time) (int64, error) {
+	g, it, err := blockWrite(protocol.Expire, b, expect{}, now, "retireAt = :at, updatedAt = :now", "",
+		map[string]types.AttributeValue{":at": n(retireAt.UnixMilli()), ":now": n(now.UnixMilli())})
+	if err != nil {
+		return 0, err
+	}
+	var x tx
+	x.add(g, it)
+	x.plain(types.TransactWriteItem{Put: &types.Put{Item: agendaItem(AgendaDelete, retireAt, b.Tenant, b.ID)}})
+	return b.Gen + 1, st.commit(ctx, "expire "+b.Key(), x)
+}
+
+// RetentionView reads what retention needs of every block of a tenant —
+// state, gen, range, stream, claim, publication — and nothing else (no
+// meta.json, no file list), so a pass over a big tenant reads little.
+func (st *Store) RetentionView(ctx context.Context, tenant string) ([]Block, error) {
+	names := map[string]string{}
+	var projection []string
+	for i, a := range []string{"tenant", "id", "state", "gen", "minT", "maxT", "stream", "level", "claimedBy", "published", "noCompact"} {
+		n := fmt.Sprintf("#a%d", i)
+		names[n] = a
+		projection = append(projection, n)
+	}
+	in := &dynamodb.QueryInput{
+		TableName:                 aws.String(st.table),
+		ConsistentRead:            aws.Bool(true),
+		KeyConditionExpression:    aws.String("PK = :pk AND begins_with(SK, :p)"),
+		ProjectionExpression:      aws.String(strings.Join(projection, ", ")),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": s(tenantPK(tenant)), ":p": s("B#")},
+	}
+	var out []Block
+	for {
+		var res *dynamodb.QueryOutput
+		err := st.retry(ctx, "retention view of "+tenant, func() error {
+			var err error
+			res, err = st.db.Query(ctx, in)
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("retention view of %s: %w", tenant, err)
+		}
+		for _, it := range res.Items {
+			var b Block
+			if err := attributevalue.UnmarshalMap(it, &b); err != nil {
+				return nil, fmt.Errorf("decode block of %s: %w", tenant, err)
+			}
+			out = append(out, b)
+		}
+		if len(res.LastEvaluatedKey) == 0 {
+			return out, nil
+		}
+		in.ExclusiveStartKey = res.LastEvaluatedKey
+	}
 }
 
 // StartDelete moves a RETIRING block whose deletion mark is recorded to

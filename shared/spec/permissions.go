@@ -34,6 +34,13 @@ const (
 // for a sweep (docs/design.md §4.3: the cleaner runs per note and on a schedule).
 const SweepEvent = `{"sluice":"sweep"}`
 
+// RetentionEvent is the payload of the scheduled event that invokes the
+// cleaner for a retention pass, on a schedule of its own.
+const RetentionEvent = `{"sluice":"retention"}`
+
+// DefaultRetentionInterval is how often the retention schedule runs.
+const DefaultRetentionInterval = time.Hour
+
 // DefaultSweepInterval is how often the schedule invokes the cleaner.
 const DefaultSweepInterval = 5 * time.Minute
 

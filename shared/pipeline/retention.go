@@ -1,0 +1,96 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluice-dev/sluice/shared/messages"
+	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/retention"
+)
+
+// retentionKind is the "sluice" field of spec.RetentionEvent.
+const retentionKind = "retention"
+
+// retentionRecords is what a retention pass reads and writes.
+type retentionRecords interface {
+	Tenants(ctx context.Context) ([]string, error)
+	TenantStreams(ctx context.Context, tenant string) ([]records.StreamRecord, error)
+	RetentionView(ctx context.Context, tenant string) ([]records.Block, error)
+	Expire(ctx context.Context, b records.Block, retireAt, now time.Time) (int64, error)
+}
+
+// Retention is the cleaner's retention pass, on its own schedule
+// (config.RetentionInterval), not only when something compacts: every
+// tenant's LIVE, unclaimed blocks whose end is older than the retention
+// of their resolution are retired (LIVE → RETIRING at gen), marked and
+// deleted after the deletion delay by the same path as a compacted
+// source. It reads one projection of each tenant's block records (no
+// meta.json, no S3 LIST) and does nothing when no retention is set.
+func (c Cleaner) Retention(ctx context.Context) error {
+	if !c.Config.Retention.Enabled() {
+		return nil
+	}
+	var st retentionRecords = c.Store
+	now := c.now()
+	tenants, err := st.Tenants(ctx)
+	if err != nil {
+		return fmt.Errorf("retention: %w", err)
+	}
+	c.Logger.InfoContext(ctx, "retention started", "tenants", len(tenants), "raw", c.Config.Retention.Raw,
+		"5m", c.Config.Retention.FiveMinutes, "1h", c.Config.Retention.OneHour)
+	var errs []error
+	expired := 0
+	for i, tenant := range tenants {
+		n, err := c.retainTenant(ctx, st, tenant, now)
+		expired += n
+		if err != nil {
+			errs = append(errs, fmt.Errorf("retention of %s: %w", tenant, err))
+		}
+		c.Logger.InfoContext(ctx, "retention progress", "tenant", tenant, "done", i+1, "of", len(tenants), "expired", n)
+	}
+	c.Logger.InfoContext(ctx, "retention done", "tenants", len(tenants), "expired", expired, "errors", len(errs))
+	return errors.Join(errs...)
+}
+
+func (c Cleaner) retainTenant(ctx context.Context, st retentionRecords, tenant string, now time.Time) (int, error) {
+	streams, err := st.TenantStreams(ctx, tenant)
+	if err != nil {
+		return 0, err
+	}
+	res := make(map[string]int64, len(streams))
+	for _, s := range streams {
+		res[s.ID] = s.Resolution
+	}
+	blocks, err := st.RetentionView(ctx, tenant)
+	if err != nil {
+		return 0, err
+	}
+	due, _, _ := retention.Expiries(c.Config.Retention, blocks, res, now)
+	n := 0
+	for _, e := range due {
+		b := e.Block
+		if err := c.step(ctx, "cleaner.before-expire", b.Key()); err != nil {
+			return n, err
+		}
+		gen, err := st.Expire(ctx, b, now.Add(c.Config.DeletionDelay), now)
+		if records.IsConditionLost(err) {
+			// Claimed, retired or marked since the view was read: the
+			// next pass sees where it is.
+			c.Logger.InfoContext(ctx, "expiring a block lost its condition", "tenant", tenant, "block", b.ID, "lost", err)
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		c.Logger.InfoContext(ctx, "block expired by retention; marked, and deleted after the deletion delay", "tenant", tenant,
+			"block", b.ID, "maxT", time.UnixMilli(b.MaxT).UTC(), "retention", e.Retention, "level", b.Level)
+		if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpMark, Tenant: tenant, Block: b.ID, Gen: gen}); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
