@@ -186,4 +186,26 @@ func (s *Sluice) addRetentionSchedule() {
 	})
 }
 
+// addBucketIndexSchedule invokes the cleaner every
+// spec.DefaultBucketIndexInterval with spec.BucketIndexEvent, so every
+// tenant's bucket index is rewritten before Mimir's queriers find it
+// stale (an hour). Without SLUICE_BUCKET_INDEX the pass returns at once.
+func (s *Sluice) addBucketIndexSchedule() {
+	var payload map[string]any
+	if err := json.Unmarshal([]byte(spec.BucketIndexEvent), &payload); err != nil {
+		panic(fmt.Sprintf("spec.BucketIndexEvent %s: %v", spec.BucketIndexEvent, err))
+	}
+	minutes := spec.DefaultBucketIndexInterval.Minutes()
+	target := awseventstargets.NewLambdaFunction(s.Functions[spec.Cleaner], &awseventstargets.LambdaFunctionProps{
+		Event:         awsevents.RuleTargetInput_FromObject(payload),
+		RetryAttempts: jsii.Number(2),
+		MaxEventAge:   awscdk.Duration_Minutes(jsii.Number(minutes)),
+	})
+	awsevents.NewRule(s.Stack, jsii.String("CleanerBucketIndex"), &awsevents.RuleProps{
+		Description: jsii.String("Sluice bucket index: " + spec.BucketIndexEvent),
+		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(minutes))),
+		Targets:     &[]awsevents.IRuleTarget{target},
+	})
+}
+
 func ptr[T any](v T) *T { return &v }

@@ -324,6 +324,22 @@ func TestRetentionRunsOnItsOwnSchedule(t *testing.T) {
 	})
 }
 
+func TestBucketIndexIsRewrittenEveryQuarterHour(t *testing.T) {
+	each(t, func(t *testing.T, d *deployment) {
+		cleaner := d.functionID(t, d.props.Resources.Function(spec.Cleaner))
+		check(t, "rule", func() {
+			d.tmpl.HasResourceProperties(jsii.String("AWS::Events::Rule"), obj{
+				"ScheduleExpression": "rate(15 minutes)",
+				"State":              "ENABLED",
+				"Targets": arr{obj{
+					"Arn":   getAtt(cleaner, "Arn"),
+					"Input": spec.BucketIndexEvent,
+				}},
+			})
+		})
+	})
+}
+
 func TestScheduleSweepsTheCleaner(t *testing.T) {
 	each(t, func(t *testing.T, d *deployment) {
 		cleaner := d.functionID(t, d.props.Resources.Function(spec.Cleaner))

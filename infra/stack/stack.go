@@ -51,6 +51,7 @@ func New(scope constructs.Construct, id string, props Props, stackProps *awscdk.
 	}
 	s.addSweepSchedule(props)
 	s.addRetentionSchedule()
+	s.addBucketIndexSchedule()
 	s.addAlarms(r)
 	s.addOutputs(props)
 	return s, nil

@@ -96,6 +96,16 @@ type Config struct {
 	// and SLUICE_RETENTION_1H for Thanos' downsampled ones; Prometheus
 	// durations such as 90d or 1y).
 	Retention Retention
+	// BucketIndex is which bucket index Sluice keeps per tenant at
+	// <tenant>/bucket-index.json.gz, for Cortex and Mimir store-gateways
+	// and queriers (SLUICE_BUCKET_INDEX: "cortex", "mimir", or "" / "off"
+	// for none, the default; a Thanos bucket needs none and refuses one).
+	BucketIndex string
+	// BucketIndexInterval is how often every tenant's index is rewritten
+	// even when nothing changed: Mimir's queriers refuse an index older
+	// than an hour (SLUICE_BUCKET_INDEX_INTERVAL, default 15m, as the
+	// Cortex and Mimir compactors' cleanup interval).
+	BucketIndexInterval time.Duration
 	// RetentionInterval is how often retention runs, on its own schedule
 	// (SLUICE_RETENTION_INTERVAL, default 1h).
 	RetentionInterval time.Duration
@@ -133,6 +143,9 @@ func (r Retention) Of(res int64) time.Duration {
 
 // Enabled reports whether any resolution has a retention.
 func (r Retention) Enabled() bool { return r.Raw > 0 || r.FiveMinutes > 0 || r.OneHour > 0 }
+
+// EnvBucketIndex names the bucket index setting (Config.BucketIndex).
+const EnvBucketIndex = "SLUICE_BUCKET_INDEX"
 
 // EnvReplicaLabels names the replica labels (Config.ReplicaLabels).
 const EnvReplicaLabels = "SLUICE_REPLICA_LABELS"
@@ -298,6 +311,17 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	c.Retention = Retention{Raw: keep(EnvRetention), FiveMinutes: keep(EnvRetention + "_5M"), OneHour: keep(EnvRetention + "_1H")}
 	c.RetentionInterval = dur("SLUICE_RETENTION_INTERVAL", time.Hour)
+	switch v := getenv(EnvBucketIndex); v {
+	case "", "off":
+	case "cortex", "mimir":
+		if c.Layout.SingleTenant != "" {
+			errs = append(errs, fmt.Sprintf("%s=%q: a single-tenant (Thanos) bucket has no bucket index; Thanos lists the bucket", EnvBucketIndex, v))
+		}
+		c.BucketIndex = v
+	default:
+		errs = append(errs, fmt.Sprintf("%s=%q: want cortex, mimir or off", EnvBucketIndex, v))
+	}
+	c.BucketIndexInterval = dur("SLUICE_BUCKET_INDEX_INTERVAL", 15*time.Minute)
 	// A job works until DeadlineMargin before its function's deadline
 	// (Compact.workContext): that is the time the planner sizes it for, as
 	// the job itself does from its context.

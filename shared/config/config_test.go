@@ -42,6 +42,9 @@ func TestLoadRejects(t *testing.T) {
 		{"job timeout within the margin", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_JOB_TIMEOUT", "30s"), "SLUICE_JOB_TIMEOUT"},
 		{"churn out of range", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_SERIES_CHURN", "1.5"), "SLUICE_SERIES_CHURN"},
 		{"bad scratch budget", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_SCRATCH_BYTES", "8GiB"), "SLUICE_SCRATCH_BYTES"},
+		{"unknown bucket index", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_BUCKET_INDEX", "loki"), "SLUICE_BUCKET_INDEX"},
+		{"bucket index in a Thanos bucket", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_LAYOUT", "single-tenant", "SLUICE_TENANT", "x",
+			"SLUICE_BUCKET_INDEX", "mimir"), "single-tenant"},
 		{"bad retention", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_RETENTION_5M", "a year"), "SLUICE_RETENTION_5M"},
 		{"negative retention", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_RETENTION", "-3d"), "SLUICE_RETENTION"},
 	}

@@ -127,6 +127,9 @@ func New(clients *awsenv.Clients, cfg config.Config, res spec.Resources, opts Op
 	r := eventsource.New(clients.SQS, opts.Logger, sources...)
 	cleaner := pipeline.Cleaner{Deps: deps}
 	r.Every("sweep", opts.SweepInterval, cleaner.Sweep)
+	if cfg.BucketIndex != "" {
+		r.Every("bucket-index", cfg.BucketIndexInterval, cleaner.BucketIndexes)
+	}
 	if cfg.Retention.Enabled() {
 		// Retention has a schedule of its own, as in the stack; no timer
 		// (and no query) when no retention is set.

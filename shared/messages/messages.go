@@ -24,7 +24,15 @@ const (
 	KindPlan    Kind = "plan"
 	KindSweep   Kind = "sweep"
 	KindRetry   Kind = "retry"
+	KindIndex   Kind = "index"
 )
+
+// IndexRequest asks the uploader to write a tenant's bucket index from
+// the records (Cortex and Mimir buckets).
+type IndexRequest struct {
+	Tenant string `json:"tenant"`
+	Why    string `json:"why"`
+}
 
 // Job asks the compact function for partition Partition of version Version
 // of a group.
@@ -133,6 +141,8 @@ func Encode(m any) (string, error) {
 		k = KindPlan
 	case RetryRequest:
 		k = KindRetry
+	case IndexRequest:
+		k = KindIndex
 	default:
 		return "", fmt.Errorf("messages: cannot encode %T", m)
 	}
@@ -168,6 +178,8 @@ func Decode(body string) (any, error) {
 		m = &PlanRequest{}
 	case KindRetry:
 		m = &RetryRequest{}
+	case KindIndex:
+		m = &IndexRequest{}
 	case KindSweep:
 		return Sweep{}, nil
 	default:
@@ -202,6 +214,11 @@ func Decode(body string) (any, error) {
 	case *PlanRequest:
 		if v.Tenant == "" || v.Group == "" {
 			return nil, fmt.Errorf("messages: incomplete plan request %+v", *v)
+		}
+		return *v, nil
+	case *IndexRequest:
+		if v.Tenant == "" {
+			return nil, fmt.Errorf("messages: an index request names its tenant: %+v", *v)
 		}
 		return *v, nil
 	case *RetryRequest:

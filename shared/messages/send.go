@@ -53,6 +53,17 @@ func (s Sender) Op(ctx context.Context, o BlockOp) error {
 		fmt.Sprintf("op.%s.%s.%s.g%d.%s", o.Op, o.Tenant, o.Block, o.Gen, o.Nonce))
 }
 
+// IndexGroup is the FIFO group of a tenant's bucket index writes: one
+// writer at a time, in order.
+func IndexGroup(tenant string) string { return tenant + "/bucket-index.json.gz" }
+
+// Index sends a bucket index request to the block-ops queue, in the
+// tenant's index group; dedup names the occasion (a version, a pass), so
+// a re-drive of the same one is dropped.
+func (s Sender) Index(ctx context.Context, r IndexRequest, dedup string) error {
+	return s.send(ctx, s.Queues.BlockOps, r, IndexGroup(r.Tenant), "index."+r.Tenant+"."+dedup)
+}
+
 // Plan sends a plan request to the planner's (standard) queue.
 func (s Sender) Plan(ctx context.Context, p PlanRequest) error {
 	return s.send(ctx, s.Queues.BlockEvents, p, "", "")

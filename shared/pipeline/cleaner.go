@@ -83,6 +83,8 @@ func (c Cleaner) HandleInvoke(ctx context.Context, raw json.RawMessage) (any, er
 		return nil, c.Sweep(ctx)
 	case retentionKind:
 		return nil, c.Retention(ctx)
+	case bucketIndexKind:
+		return nil, c.BucketIndexes(ctx)
 	}
 	var ev events.SQSEvent
 	if err := json.Unmarshal(raw, &ev); err != nil {
@@ -209,6 +211,9 @@ func (c Cleaner) finishComplete(ctx context.Context, head records.Group, parts [
 	}
 	head.State = protocol.GroupRetired
 	log.InfoContext(ctx, "version retired", "outputs", len(outs), "sources", len(srcs))
+	if err := c.indexChanged(ctx, head); err != nil {
+		return err
+	}
 	return c.finishRetired(ctx, head, parts)
 }
 

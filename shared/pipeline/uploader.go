@@ -49,11 +49,13 @@ func (u Uploader) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		if err != nil {
 			return fmt.Errorf("uploader: message %s: %w", m.MessageId, err)
 		}
-		op, ok := msg.(messages.BlockOp)
-		if !ok {
-			return fmt.Errorf("uploader: unexpected %T on the block-ops queue", msg)
+		switch v := msg.(type) {
+		case messages.BlockOp:
+			return u.Execute(ctx, v)
+		case messages.IndexRequest:
+			return u.WriteIndex(ctx, v)
 		}
-		return u.Execute(ctx, op)
+		return fmt.Errorf("uploader: unexpected %T on the block-ops queue", msg)
 	}), nil
 }
 

@@ -41,6 +41,14 @@ const RetentionEvent = `{"sluice":"retention"}`
 // DefaultRetentionInterval is how often the retention schedule runs.
 const DefaultRetentionInterval = time.Hour
 
+// BucketIndexEvent is the payload of the scheduled event that invokes the
+// cleaner to ask for every tenant's bucket index (Cortex and Mimir
+// buckets; nothing is done when SLUICE_BUCKET_INDEX is off).
+const BucketIndexEvent = `{"sluice":"bucket-index"}`
+
+// DefaultBucketIndexInterval is how often that schedule runs.
+const DefaultBucketIndexInterval = 15 * time.Minute
+
 // DefaultSweepInterval is how often the schedule invokes the cleaner.
 const DefaultSweepInterval = 5 * time.Minute
 
@@ -60,6 +68,11 @@ const (
 	DeletionMarkObjects  ObjectPattern = "*/deletion-mark.json"
 	NoCompactMarkObjects ObjectPattern = "*/no-compact-mark.json"
 )
+
+// BucketIndexObjects is a tenant's bucket index (Cortex and Mimir
+// buckets), which the uploader rewrites with If-Match on the ETag it
+// replaces: the one object Sluice overwrites, and only conditionally.
+const BucketIndexObjects ObjectPattern = "*/bucket-index.json.gz"
 
 // AnyBlockObject is every object under a block's prefix, including files
 // other writers leave there (an old Thanos index.cache.json): the
@@ -145,7 +158,8 @@ type Permissions struct {
 //     transition after commit, and its agenda.
 //   - uploader: the ONLY writer of meta.json and markers (PutObject only
 //     with If-None-Match, HeadObject after a 412) and the ONLY deleter
-//     (DeleteObject with a VersionId). Records: reads a block's gen and
+//     (DeleteObject with a VersionId); it also rewrites a tenant's bucket
+//     index (HeadObject, then PutObject with If-Match or If-None-Match). Records: reads a block's gen and
 //     records what it published or marked; it never creates a record.
 //
 // Every function also holds s3:ListBucket under the prefix where it reads
@@ -186,6 +200,7 @@ func (r Resources) Permissions(id FunctionID) Permissions {
 				{Actions: S3Read, Objects: published},
 				{Actions: S3Write, Objects: published, OnlyIfNoneMatch: true},
 				{Actions: S3Delete, Objects: []ObjectPattern{AnyBlockObject}},
+				{Actions: cat(S3Read, S3Write), Objects: []ObjectPattern{BucketIndexObjects}},
 			},
 			S3List:   S3ListKeys,
 			DynamoDB: cat(DynamoRead, []string{"dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"}),

@@ -1,0 +1,137 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/sluice-dev/sluice/shared/bucketindex"
+	"github.com/sluice-dev/sluice/shared/messages"
+	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/s3errors"
+)
+
+// bucketIndexKind is the "sluice" field of spec.BucketIndexEvent.
+const bucketIndexKind = "bucket-index"
+
+// ErrIndexRaced is a bucket index write that found the index changed
+// since it was read: another writer got there first. The request is
+// retried, and the retry builds from the records as they are then.
+var ErrIndexRaced = errors.New("the bucket index changed while it was rebuilt")
+
+// indexRecords is what an index write reads.
+type indexRecords interface {
+	TenantBlocks(ctx context.Context, tenant string) ([]records.Block, error)
+}
+
+// indexKey is where a tenant's bucket index lives.
+func (d *Deps) indexKey(tenant string) string {
+	return d.Config.Layout.TenantPrefix(tenant) + bucketindex.File
+}
+
+// WriteIndex writes a tenant's bucket index from its block records, never
+// from a LIST. Requests of one tenant are one FIFO group, so one writer
+// runs at a time, and each builds from the records as they are when it
+// runs, so a later write never holds older records than an earlier one.
+// The PUT is conditional on the index it replaces (If-Match on the ETag
+// read just before, If-None-Match when there was none), so a writer that
+// was slowed after reading — a zombie of a timed-out run — can never put
+// an older index over a newer one. The replaced version is then deleted by
+// its VersionId.
+func (u Uploader) WriteIndex(ctx context.Context, r messages.IndexRequest) error {
+	if u.Config.BucketIndex == "" {
+		u.Logger.WarnContext(ctx, "bucket index request dropped: SLUICE_BUCKET_INDEX is off", "tenant", r.Tenant)
+		return nil
+	}
+	key := u.indexKey(r.Tenant)
+	head, err := u.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(u.Config.Bucket), Key: aws.String(key)})
+	var etag, prev string
+	switch {
+	case err == nil:
+		etag, prev = aws.ToString(head.ETag), aws.ToString(head.VersionId)
+	case s3errors.IsNotFound(err):
+	default:
+		return fmt.Errorf("bucket index of %s: head %s: %w", r.Tenant, key, err)
+	}
+	var st indexRecords = u.Store
+	blocks, err := st.TenantBlocks(ctx, r.Tenant)
+	if err != nil {
+		return err
+	}
+	idx, err := bucketindex.Build(u.Config.BucketIndex, blocks, u.now())
+	if err != nil {
+		return err
+	}
+	body, err := bucketindex.Encode(idx)
+	if err != nil {
+		return err
+	}
+	if err := u.step(ctx, "uploader.before-index-put", r.Tenant); err != nil {
+		return err
+	}
+	in := &s3.PutObjectInput{Bucket: aws.String(u.Config.Bucket), Key: aws.String(key), Body: bytes.NewReader(body),
+		ContentType: aws.String("application/gzip")}
+	if etag != "" {
+		in.IfMatch = aws.String(etag)
+	} else {
+		in.IfNoneMatch = aws.String("*")
+	}
+	out, err := u.S3.PutObject(ctx, in)
+	if s3errors.IsPreconditionFailed(err) {
+		return fmt.Errorf("bucket index of %s: %w", r.Tenant, ErrIndexRaced)
+	}
+	if err != nil {
+		return fmt.Errorf("bucket index of %s: put %s: %w", r.Tenant, key, err)
+	}
+	if vid := aws.ToString(out.VersionId); prev != "" && prev != vid {
+		if err := u.deleteVersion(ctx, key, prev); err != nil {
+			return err
+		}
+	}
+	u.Logger.InfoContext(ctx, "bucket index written", "tenant", r.Tenant, "key", key, "blocks", len(idx.Blocks),
+		"deletionMarks", len(idx.BlockDeletionMarks), "bytes", len(body), "why", r.Why)
+	return nil
+}
+
+// indexTenants is what the scheduled index pass reads.
+type indexTenants interface {
+	Tenants(ctx context.Context) ([]string, error)
+}
+
+// BucketIndexes is the scheduled pass that asks for every tenant's bucket
+// index to be rewritten (every config.BucketIndexInterval), so that an
+// index is never older than that even when nothing changed; a change
+// (a version's outputs published) asks for its tenant's at once.
+func (c Cleaner) BucketIndexes(ctx context.Context) error {
+	if c.Config.BucketIndex == "" {
+		return nil
+	}
+	var st indexTenants = c.Store
+	tenants, err := st.Tenants(ctx)
+	if err != nil {
+		return fmt.Errorf("bucket indexes: %w", err)
+	}
+	pass := c.now().Truncate(time.Minute).Unix()
+	var errs []error
+	for _, t := range tenants {
+		if err := c.Send.Index(ctx, messages.IndexRequest{Tenant: t, Why: "schedule"}, fmt.Sprintf("pass%d", pass)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	c.Logger.InfoContext(ctx, "bucket index pass", "tenants", len(tenants), "errors", len(errs))
+	return errors.Join(errs...)
+}
+
+// indexChanged asks for a tenant's bucket index after a change readers
+// must see (a version's outputs published, its sources marked).
+func (c Cleaner) indexChanged(ctx context.Context, head records.Group) error {
+	if c.Config.BucketIndex == "" {
+		return nil
+	}
+	return c.Send.Index(ctx, messages.IndexRequest{Tenant: head.Tenant, Why: "retired " + head.Ref()}, head.Ref())
+}

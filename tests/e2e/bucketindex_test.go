@@ -1,0 +1,150 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/sluice-dev/sluice/localstack/localrun"
+	"github.com/sluice-dev/sluice/shared/bucketindex"
+	"github.com/sluice-dev/sluice/shared/config"
+	"github.com/sluice-dev/sluice/shared/protocol"
+	"github.com/sluice-dev/sluice/shared/s3errors"
+	"github.com/sluice-dev/sluice/tests/testworld"
+)
+
+// readIndex reads a tenant's bucket index as a Cortex or Mimir
+// store-gateway reads it; ok is false while there is none.
+func readIndex(t *testing.T, w *testworld.World, tenant string) (idx bucketindex.Index, versions int, ok bool) {
+	t.Helper()
+	ctx := context.Background()
+	key := w.Config.Layout.TenantPrefix(tenant) + bucketindex.File
+	res, err := w.Env.Clients.S3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(w.Config.Bucket), Key: aws.String(key)})
+	if s3errors.IsNotFound(err) {
+		return idx, 0, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err = bucketindex.Decode(body)
+	if err != nil {
+		return idx, 0, false // not (yet) an index: the test's own garbage
+	}
+	vs, err := w.Env.Clients.S3.ListObjectVersions(ctx, &s3.ListObjectVersionsInput{Bucket: aws.String(w.Config.Bucket), Prefix: aws.String(key)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return idx, len(vs.Versions), true
+}
+
+// indexed lists the blocks of an index by ULID.
+func indexed(idx bucketindex.Index) []string {
+	var out []string
+	for _, b := range idx.Blocks {
+		out = append(out, b.ID.String())
+	}
+	slices.Sort(out)
+	return out
+}
+
+// A Cortex or Mimir bucket gets each tenant's bucket-index.json.gz, kept
+// from the records and never from a LIST: once the half day is compacted
+// and its sources deleted, the index lists exactly the blocks a reader
+// may query (the output), each with its range, and nothing deleted. A
+// write that finds the index changed since it read it (here: another
+// writer's object put in between) fails its If-Match and is retried from
+// the records, so no writer ever puts an index over a newer one, and the
+// version it replaced is deleted.
+func TestBucketIndexFollowsTheRecords(t *testing.T) {
+	t.Parallel()
+	steps := &testworld.Steps{}
+	w := testworld.New(t, testworld.Options{Pipeline: localrun.Options{Hook: steps.Hook}, Configure: func(c *config.Config) {
+		c.BucketIndex = bucketindex.Mimir
+		c.BucketIndexInterval = 5 * time.Second
+	}})
+	ctx := context.Background()
+	raced := steps.At("uploader.before-index-put", "acme")
+	blocks := halfDay(ctx, w, "acme", 71)
+	settled := make(chan error, 1)
+	go func() {
+		settled <- w.Pipeline.Settle(ctx, 2*time.Second, settleTimeout, func(ctx context.Context) (bool, error) {
+			b, _, err := w.Store.GetBlock(ctx, "acme", blocks[0].Meta.ULID.String())
+			if err != nil || b.State != protocol.BlockDeleted {
+				return false, err
+			}
+			return w.Quiescent(ctx, "acme")
+		})
+	}()
+	// The first index write is held after it read the records; another
+	// writer's object lands meanwhile.
+	raced.Wait(t, settleTimeout)
+	key := w.Config.Layout.TenantPrefix("acme") + bucketindex.File
+	if _, err := w.Env.Clients.S3.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(w.Config.Bucket), Key: aws.String(key),
+		Body: stringsReader("not an index")}); err != nil {
+		t.Fatal(err)
+	}
+	raced.Release()
+	if err := <-settled; err != nil {
+		t.Fatal(err)
+	}
+
+	var live []string
+	for _, b := range w.Blocks(ctx, "acme") {
+		if bucketindex.Visible(b) {
+			live = append(live, b.ID)
+		}
+		if b.State == protocol.BlockLive && b.Level == 0 {
+			t.Errorf("source %s is still live", b.ID)
+		}
+	}
+	slices.Sort(live)
+	if len(live) == 0 {
+		t.Fatal("no live output")
+	}
+	// The scheduled pass rewrites the index; wait for one after the
+	// deletions.
+	var idx bucketindex.Index
+	waitFor(t, func() (bool, error) {
+		got, versions, ok := readIndex(t, w, "acme")
+		if !ok || !slices.Equal(indexed(got), live) || versions != 1 {
+			return false, nil
+		}
+		idx = got
+		return true, nil
+	})
+	if idx.Version != 2 || len(idx.BlockDeletionMarks) != 0 || time.Since(time.Unix(idx.UpdatedAt, 0)) > time.Minute {
+		t.Errorf("index = version %d, %d deletion marks, updated %v; want Mimir's version 2, none, just now",
+			idx.Version, len(idx.BlockDeletionMarks), time.Unix(idx.UpdatedAt, 0))
+	}
+	all := byID(w.Blocks(ctx, "acme"))
+	for _, e := range idx.Blocks {
+		b := all[e.ID.String()]
+		if e.MinTime != b.MinT || e.MaxTime != b.MaxT || e.UploadedAt == 0 || e.SegmentsFormat != bucketindex.SegmentsFormat1Based6Digits {
+			t.Errorf("index entry %+v does not describe block %s [%d, %d)", *e, b.ID, b.MinT, b.MaxT)
+		}
+	}
+	// The held write lost to the other object and was made again.
+	puts := 0
+	for _, s := range steps.Trace() {
+		if strings.Contains(s, "uploader.before-index-put") {
+			puts++
+		}
+	}
+	if puts < 2 {
+		t.Errorf("the index was put %d times; want the raced write retried", puts)
+	}
+	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+}
