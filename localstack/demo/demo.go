@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
@@ -33,11 +34,13 @@ import (
 	"github.com/sluice-dev/sluice/localstack/provision"
 	"github.com/sluice-dev/sluice/shared/awsenv"
 	"github.com/sluice-dev/sluice/shared/blockgen"
+	"github.com/sluice-dev/sluice/shared/bucketindex"
 	"github.com/sluice-dev/sluice/shared/cli"
 	"github.com/sluice-dev/sluice/shared/config"
 	"github.com/sluice-dev/sluice/shared/equiv"
 	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/s3errors"
 	"github.com/sluice-dev/sluice/shared/spec"
 )
 
@@ -432,6 +435,10 @@ func (r *run) configure(c *config.Config) {
 		return
 	}
 	c.Policy.MaxSeriesPerPartition = r.opts.MaxSeriesPerPartition
+	// The multi-tenant deployment keeps each tenant's bucket index, as a
+	// Mimir bucket needs, rewritten every few seconds here.
+	c.BucketIndex = bucketindex.Mimir
+	c.BucketIndexInterval = 5 * time.Second
 }
 
 // demoStart is midnight UTC two days ago: every range has closed.
@@ -624,6 +631,15 @@ func (r *run) compact(ctx context.Context) error {
 	r.detailf("settled in %s: %d compaction job(s), %d planner, %d cleaner and %d uploader invocation(s), %d sweep(s); logs in %s",
 		since(start), jobs.Messages, stats[string(spec.Planner)].Invocations, stats[string(spec.Cleaner)].Invocations,
 		stats[string(spec.Uploader)].Invocations, stats["sweep"].Invocations, r.opts.LogFile)
+	if r.cfg.BucketIndex != "" {
+		if st, err := r.state(ctx, store); err == nil {
+			var parts []string
+			for _, t := range r.opts.Tenants {
+				parts = append(parts, fmt.Sprintf("%s/%s lists %d", t.Name, bucketindex.File, st.indexed[t.Name]))
+			}
+			r.detailf("bucket index (Mimir's format), from the records: %s: exactly the blocks a store-gateway may query", strings.Join(parts, ", "))
+		}
+	}
 	return nil
 }
 
@@ -634,16 +650,32 @@ type state struct {
 	groups, finished int
 	running          int // partitions leased
 	live             int
+	// staleIndexes counts tenants whose bucket index does not list
+	// exactly the blocks a reader may query (when the deployment keeps one).
+	staleIndexes int
+	indexed      map[string]int // tenant → blocks its bucket index lists
 }
 
-func (s state) settled() bool { return s.transitional == 0 && s.groups == s.finished && s.groups > 0 }
+func (s state) settled() bool {
+	return s.transitional == 0 && s.groups == s.finished && s.groups > 0 && s.staleIndexes == 0
+}
 
 func (r *run) state(ctx context.Context, st *records.Store) (state, error) {
-	var s state
+	s := state{indexed: map[string]int{}}
 	for _, t := range r.opts.Tenants {
 		blocks, err := st.TenantBlocks(ctx, t.Name)
 		if err != nil {
 			return s, err
+		}
+		if r.cfg.BucketIndex != "" {
+			n, current, err := r.indexCurrent(ctx, t.Name, blocks)
+			if err != nil {
+				return s, err
+			}
+			s.indexed[t.Name] = n
+			if !current {
+				s.staleIndexes++
+			}
 		}
 		for _, b := range blocks {
 			if b.Level == 0 {
@@ -685,6 +717,40 @@ func (r *run) state(ctx context.Context, st *records.Store) (state, error) {
 		}
 	}
 	return s, nil
+}
+
+// indexCurrent reads a tenant's bucket index as a Mimir store-gateway does
+// and says whether it lists exactly the blocks a reader may query.
+func (r *run) indexCurrent(ctx context.Context, tenant string, blocks []records.Block) (listed int, current bool, err error) {
+	key := r.cfg.Layout.TenantPrefix(tenant) + bucketindex.File
+	res, err := r.quiet.S3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(r.cfg.Bucket), Key: aws.String(key)})
+	if s3errors.IsNotFound(err) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("read %s: %w", key, err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		return 0, false, fmt.Errorf("read %s: %w", key, err)
+	}
+	idx, err := bucketindex.Decode(body)
+	if err != nil {
+		return 0, false, fmt.Errorf("%s: %w", key, err)
+	}
+	want := map[string]bool{}
+	for _, b := range blocks {
+		if bucketindex.Visible(b) {
+			want[b.ID] = true
+		}
+	}
+	for _, b := range idx.Blocks {
+		if !want[b.ID.String()] {
+			return len(idx.Blocks), false, nil
+		}
+	}
+	return len(idx.Blocks), len(idx.Blocks) == len(want), nil
 }
 
 // remove deletes a deployment's queues, table and bucket if they exist.

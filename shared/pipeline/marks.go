@@ -92,29 +92,35 @@ func (p Planner) honourMark(ctx context.Context, k blockkey.Key, b records.Block
 		return false, nil
 	}
 	noted := b.NoCompact && (!deletion || b.MarkVersionID != "")
+	if !deletion && vid != "" && vid == b.NoCompactMarkVersionID && b.NoCompactMarkOurs {
+		// Sluice's own mark of a block quarantined once and released since,
+		// its notification late: the release deletes it.
+		log.InfoContext(ctx, "late notification of Sluice's own no-compact mark; nothing to honour")
+		return false, nil
+	}
 	if !noted {
-		if vid == "" {
-			if _, vid, err = p.getObject(ctx, k.String(), ""); err != nil {
-				if s3errors.IsNotFound(err) {
-					log.WarnContext(ctx, "mark is gone again; nothing to honour")
-					return false, nil
-				}
-				return false, err
-			}
+		// Read the mark itself: a late notification of a mark deleted
+		// since is nothing to honour, and a deletion mark says when it
+		// was made.
+		body, cur, err := p.getObject(ctx, k.String(), vid)
+		if s3errors.IsNotFound(err) {
+			log.InfoContext(ctx, "mark is gone; nothing to honour", "markVersion", vid)
+			return false, nil
+		}
+		if err != nil {
+			return false, err
 		}
 		markedAt := p.now()
 		if deletion {
-			if markedAt, err = p.markTime(ctx, k, vid); err != nil {
-				return false, err
-			}
+			markedAt = p.markTime(ctx, k, body)
 		}
-		if err := p.records().NoteForeignMark(ctx, b, b.State, k.File, vid, markedAt, p.now()); err != nil {
+		if err := p.records().NoteForeignMark(ctx, b, b.State, k.File, cur, markedAt, p.now()); err != nil {
 			if records.IsConditionLost(err) {
 				return true, nil
 			}
 			return false, err
 		}
-		log.InfoContext(ctx, "another tool's mark noted; the block is never a source again", "state", b.State, "gen", b.Gen, "markVersion", vid)
+		log.InfoContext(ctx, "another tool's mark noted; the block is never a source again", "state", b.State, "gen", b.Gen, "markVersion", cur)
 		return true, nil
 	}
 	if b.State == protocol.BlockClaimed {
@@ -178,16 +184,12 @@ func (p Planner) supersedeFor(ctx context.Context, b records.Block, log *slog.Lo
 // markTime is when a deletion mark says its block was marked: its
 // deletion_time. A mark that cannot be read as Thanos writes it counts
 // from now, so the block is still kept for the whole delay.
-func (p Planner) markTime(ctx context.Context, k blockkey.Key, vid string) (time.Time, error) {
-	key := k.Object(blockkey.DeletionMarkFile)
-	body, _, err := p.getObject(ctx, key, vid)
-	if err != nil {
-		return time.Time{}, err
-	}
+func (p Planner) markTime(ctx context.Context, k blockkey.Key, body []byte) time.Time {
 	m, err := blockmeta.ParseDeletionMark(body, k.BlockKey())
 	if err != nil {
-		p.Logger.WarnContext(ctx, "deletion mark is not one Thanos would write; its delay runs from now", "key", key, "err", err)
-		return p.now(), nil
+		p.Logger.WarnContext(ctx, "deletion mark is not one Thanos would write; its delay runs from now",
+			"key", k.Object(blockkey.DeletionMarkFile), "err", err)
+		return p.now()
 	}
-	return time.Unix(m.DeletionTime, 0), nil
+	return time.Unix(m.DeletionTime, 0)
 }

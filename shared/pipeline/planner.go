@@ -268,10 +268,11 @@ func (p Planner) readBlock(ctx context.Context, k blockkey.Key, body []byte, vid
 	}
 	b.State = protocol.BlockLive
 	if dm, ok := l.latest[blockkey.DeletionMarkFile]; ok {
-		markedAt, err := p.markTime(ctx, k, dm.VersionID)
+		body, _, err := p.getObject(ctx, k.Object(blockkey.DeletionMarkFile), dm.VersionID)
 		if err != nil {
 			return b, st, "", err
 		}
+		markedAt := p.markTime(ctx, k, body)
 		b.State, b.MarkVersionID, b.MarkedAt = protocol.BlockRetiring, dm.VersionID, markedAt.UnixMilli()
 		b.RetireAt = markedAt.Add(p.Config.DeletionDelay).UnixMilli()
 	}
