@@ -82,6 +82,15 @@ func (s *Sluice) statements(props Props, f spec.Function, logs awslogs.LogGroup)
 		for _, o := range g.Objects {
 			objects = append(objects, s.Bucket.ArnForObjects(jsii.String(props.KeyPrefix+string(o))))
 		}
+		if g.Conditional && slices.Equal(g.Actions, []string{"s3:PutObject"}) {
+			// The bucket index: created with If-None-Match, or replacing
+			// the version read with If-Match; never a blind overwrite.
+			sid := s3Sid(g, i)
+			out = append(out,
+				allow(sid+"IfNoneMatch", g.Actions, objects, map[string]any{"Null": map[string]any{"s3:if-none-match": "false"}}),
+				allow(sid+"IfMatch", g.Actions, objects, map[string]any{"Null": map[string]any{"s3:if-match": "false"}}))
+			continue
+		}
 		if !g.OnlyIfNoneMatch || !slices.Contains(g.Actions, "s3:PutObject") {
 			out = append(out, allow(s3Sid(g, i), g.Actions, objects, nil))
 			continue

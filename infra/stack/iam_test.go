@@ -139,14 +139,15 @@ func safetyProblems(fn spec.FunctionID, sts []statement) []string {
 				bad("nobody scans, batch-writes or drops the table")
 			case a == "s3:PutObject" || strings.HasPrefix(a, "s3:PutObject") || a == "s3:RestoreObject" || a == "s3:ReplicateObject":
 				for _, r := range st.Resources {
-					meta := strings.HasSuffix(r, "/meta.json") || strings.HasSuffix(r, "-mark.json")
+					meta := strings.HasSuffix(r, "/meta.json") || strings.HasSuffix(r, "-mark.json") ||
+						strings.HasSuffix(r, "/*/"+bucketIndexFile)
 					switch {
 					case fn == spec.Planner || fn == spec.Cleaner:
 						bad("planner and cleaner write no object: " + r)
 					case fn == spec.Compact && !(strings.HasSuffix(r, "/*/index") || strings.HasSuffix(r, "/*/chunks/*")):
 						bad("compact writes only index and chunks: " + r)
 					case fn == spec.Uploader && !meta:
-						bad("the uploader writes only meta.json and markers: " + r)
+						bad("the uploader writes only meta.json, markers and the bucket index: " + r)
 					}
 				}
 			}
@@ -194,6 +195,10 @@ func (d *deployment) wantGrants(t *testing.T, f spec.Function) []string {
 				on := a + " on " + bucket + "/" + d.props.KeyPrefix + string(o)
 				if a == "s3:PutObject" && g.OnlyIfNoneMatch {
 					out = append(out, on+` if {"Null":{"s3:if-none-match":"false"}}`, on+` if {"Bool":{"s3:ObjectCreationOperation":"false"}}`)
+					continue
+				}
+				if a == "s3:PutObject" && g.Conditional {
+					out = append(out, on+` if {"Null":{"s3:if-none-match":"false"}}`, on+` if {"Null":{"s3:if-match":"false"}}`)
 					continue
 				}
 				out = append(out, on)
@@ -320,10 +325,24 @@ func TestEveryRoleIsScoped(t *testing.T) {
 	})
 }
 
+// bucketIndexFile is the one object the uploader replaces (If-Match).
+const bucketIndexFile = "bucket-index.json.gz"
+
+// onlyBucketIndex reports whether every resource is a tenant's bucket index.
+func onlyBucketIndex(rs []string) bool {
+	for _, r := range rs {
+		if !strings.HasSuffix(r, "/*/"+bucketIndexFile) {
+			return false
+		}
+	}
+	return len(rs) > 0
+}
+
 // Compact and the uploader create objects, never overwrite one: every
 // s3:PutObject they hold is conditional — on the request's If-None-Match
 // header, or (multipart uploads' parts, which carry none) on not creating
-// the object.
+// the object. The one exception is the bucket index, which the uploader
+// may also replace with If-Match on the version it read, and only that.
 func TestWritesOnlyIfNoneMatch(t *testing.T) {
 	each(t, func(t *testing.T, d *deployment) {
 		for _, f := range d.props.Resources.Functions {
@@ -333,7 +352,8 @@ func TestWritesOnlyIfNoneMatch(t *testing.T) {
 					continue
 				}
 				writes++
-				if st.Condition != `{"Null":{"s3:if-none-match":"false"}}` && st.Condition != `{"Bool":{"s3:ObjectCreationOperation":"false"}}` {
+				ifMatch := st.Condition == `{"Null":{"s3:if-match":"false"}}` && f.ID == spec.Uploader && onlyBucketIndex(st.Resources)
+				if !ifMatch && st.Condition != `{"Null":{"s3:if-none-match":"false"}}` && st.Condition != `{"Bool":{"s3:ObjectCreationOperation":"false"}}` {
 					t.Errorf("%s: statement %s allows s3:PutObject without If-None-Match: %q", f.ID, st.Sid, st.Condition)
 				}
 			}

@@ -129,6 +129,11 @@ type S3Grant struct {
 	// s3:ObjectCreationOperation = false; CompleteMultipartUpload, which
 	// creates the object, must carry If-None-Match like a PutObject.
 	OnlyIfNoneMatch bool
+	// Conditional makes s3:PutObject need one of If-None-Match or
+	// If-Match (the s3:if-none-match and s3:if-match condition keys): the
+	// role creates the object or replaces the version it read, never
+	// overwrites blindly. Only the bucket index is written this way.
+	Conditional bool
 }
 
 // Permissions is what one function may do beyond consuming its own queue
@@ -200,7 +205,8 @@ func (r Resources) Permissions(id FunctionID) Permissions {
 				{Actions: S3Read, Objects: published},
 				{Actions: S3Write, Objects: published, OnlyIfNoneMatch: true},
 				{Actions: S3Delete, Objects: []ObjectPattern{AnyBlockObject}},
-				{Actions: cat(S3Read, S3Write), Objects: []ObjectPattern{BucketIndexObjects}},
+				{Actions: S3Read, Objects: []ObjectPattern{BucketIndexObjects}},
+				{Actions: []string{"s3:PutObject"}, Objects: []ObjectPattern{BucketIndexObjects}, Conditional: true},
 			},
 			S3List:   S3ListKeys,
 			DynamoDB: cat(DynamoRead, []string{"dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"}),
