@@ -213,3 +213,64 @@ func listVersions(t *testing.T, w *testworld.World, tenant, id string) []records
 	}
 	return out
 }
+
+// A planner that read a range's blocks, then is slowed before it claims
+// them, while a no-compact mark is noted on one: its claim of that block
+// fails (the claim requires no no-compact mark — noting one changes no
+// state and so no gen, and the claim's gen alone would not see it), the
+// version is abandoned, and the group is planned again around the marked
+// block. Without the requirement the marked block would be compacted.
+func TestNoCompactMarkBetweenReadAndClaim(t *testing.T) {
+	t.Parallel()
+	steps := &testworld.Steps{}
+	w := testworld.New(t, testworld.Options{Pipeline: localrun.Options{Hook: steps.Hook},
+		Configure: func(c *config.Config) { c.Policy.CloseDelay = 3 * time.Second }})
+	ctx := context.Background()
+	claim := steps.At("planner.before-claim", "@v1")
+	blocks := halfDay(ctx, w, "acme", 45)
+	marked := blocks[4].Meta.ULID.String()
+	settled := make(chan error, 1)
+	go func() {
+		settled <- w.Pipeline.Settle(ctx, 2*time.Second, settleTimeout, func(ctx context.Context) (bool, error) {
+			b, _, err := w.Store.GetBlock(ctx, "acme", blocks[0].Meta.ULID.String())
+			if err != nil || b.State != protocol.BlockDeleted {
+				return false, err
+			}
+			return w.Quiescent(ctx, "acme")
+		})
+	}()
+	ref, err := protocol.ParseVersionRef(claim.Wait(t, settleTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ncVid := putMark(t, w, "acme", marked, blockkey.NoCompactMarkFile, time.Now())
+	waitFor(t, func() (bool, error) {
+		b, _, err := w.Store.GetBlock(ctx, "acme", marked)
+		return b.NoCompact && b.State == protocol.BlockLive, err
+	})
+	claim.Release()
+	if err := <-settled; err != nil {
+		t.Fatal(err)
+	}
+	history := w.HeadHistory("acme", ref.Group)
+	if v1 := history[ref.Version]; v1.State != protocol.GroupSuperseded {
+		t.Errorf("v%d ended %s; want SUPERSEDED by its lost claim", ref.Version, v1.State)
+	}
+	head, _, err := w.Store.GetGroup(ctx, "acme", ref.Group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if head.Version <= ref.Version || slices.Contains(head.Sources, marked) {
+		t.Errorf("group at v%d with sources %v; want a later version without %s", head.Version, head.Sources, marked)
+	}
+	m, _, err := w.Store.GetBlock(ctx, "acme", marked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.State != protocol.BlockLive || m.ClaimedBy != "" || m.Gen != 1 || m.NoCompactMarkVersionID != ncVid {
+		t.Errorf("marked block = %s gen %d claimedBy %q mark %q; want untouched LIVE naming %q", m.State, m.Gen, m.ClaimedBy, m.NoCompactMarkVersionID, ncVid)
+	}
+	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+}
