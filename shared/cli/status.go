@@ -5,21 +5,25 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/config"
+	"github.com/sluice-dev/sluice/shared/overrides"
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/retention"
+	"github.com/sluice-dev/sluice/shared/s3errors"
 	"github.com/sluice-dev/sluice/shared/spec"
 )
 
@@ -71,7 +75,9 @@ jobs kept failing for a reason that names no block.`,
 					return err
 				}
 				st := records.NewStore(c.DynamoDB, cfg.Table, quietLogger())
-				rep, err := GatherStatus(ctx, st, c.SQS, cfg, StatusOptions{Tenant: *tenant, AllGroups: *all || *asJSON})
+				ov, ovErr := LoadOverrides(ctx, c.S3, cfg)
+				rep, err := GatherStatus(ctx, st, c.SQS, cfg, StatusOptions{Tenant: *tenant, AllGroups: *all || *asJSON,
+					Overrides: ov, OverridesError: ovErr})
 				if err != nil {
 					return err
 				}
@@ -95,6 +101,28 @@ type StatusOptions struct {
 	AllGroups bool
 	// Now is the clock; zero means time.Now.
 	Now time.Time
+	// Overrides are the runtime overrides in force (LoadOverrides), and
+	// OverridesError why the object in the bucket is not.
+	Overrides      overrides.Overrides
+	OverridesError error
+}
+
+// LoadOverrides reads the runtime overrides object as the functions do;
+// err says why it is not in force (then the overrides are none).
+func LoadOverrides(ctx context.Context, c S3Reader, cfg config.Config) (overrides.Overrides, error) {
+	cache := &overrides.Cache{}
+	return cache.Get(ctx, time.Now(), func(ctx context.Context) ([]byte, bool, error) {
+		res, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(cfg.Bucket), Key: aws.String(overrides.Key(cfg.Layout))})
+		if s3errors.IsNotFound(err) {
+			return nil, false, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		defer res.Body.Close()
+		data, err := io.ReadAll(io.LimitReader(res.Body, overrides.MaxBytes))
+		return data, err == nil, err
+	})
 }
 
 // StatusReport is what `sluice status` shows; its JSON form is stable
@@ -107,6 +135,9 @@ type StatusReport struct {
 	Queues  []QueueStatus  `json:"queues"`
 	// QueuesNote explains missing queue information.
 	QueuesNote string `json:"queuesNote,omitempty"`
+	// OverridesError says why the runtime overrides object is not in
+	// force (the functions keep the last good one and log the same).
+	OverridesError string `json:"overridesError,omitempty"`
 }
 
 // TenantStatus is one tenant's state.
@@ -126,6 +157,8 @@ type TenantStatus struct {
 	// Quarantined lists the blocks and groups Sluice gave up on after
 	// repeated failures, with the reason; 'sluice retry' releases them.
 	Quarantined []Quarantined `json:"quarantined"`
+	// Overrides are the tenant's runtime overrides ("retention 90d", ...).
+	Overrides []string `json:"overrides,omitempty"`
 	// Retention says what retention deletes next and when (nil when no
 	// retention is set).
 	Retention *RetentionStatus `json:"retention,omitempty"`
@@ -268,6 +301,9 @@ func GatherStatus(ctx context.Context, st *records.Store, q SQSAPI, cfg config.C
 		now = time.Now()
 	}
 	rep := &StatusReport{At: now.UTC(), Bucket: cfg.Bucket, Table: cfg.Table, Tenants: []TenantStatus{}, Queues: []QueueStatus{}}
+	if opts.OverridesError != nil {
+		rep.OverridesError = opts.OverridesError.Error()
+	}
 	tenants, err := listTenants(ctx, st)
 	if err != nil {
 		return nil, err
@@ -276,9 +312,12 @@ func GatherStatus(ctx context.Context, st *records.Store, q SQSAPI, cfg config.C
 		tenants = []string{opts.Tenant}
 	}
 	for _, t := range tenants {
-		ts, err := tenantStatus(ctx, st, cfg.Policy, cfg.Layout.SingleTenant != "", t, opts.AllGroups, now)
-		if err == nil && cfg.Retention.Enabled() {
-			ts.Retention = retentionStatus(ctx, st, cfg, t, now)
+		ts, err := tenantStatus(ctx, st, opts.Overrides.Policy(t, cfg.Policy), cfg.Layout.SingleTenant != "", t, opts.AllGroups, now)
+		ts.Overrides = opts.Overrides.Describe(t)
+		if keep := opts.Overrides.Retention(t, cfg.Retention); err == nil && keep.Enabled() {
+			tc := cfg
+			tc.Retention = keep
+			ts.Retention = retentionStatus(ctx, st, tc, t, now)
 		}
 		if err != nil {
 			return nil, err

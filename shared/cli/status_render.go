@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sluice-dev/sluice/shared/overrides"
 	"github.com/sluice-dev/sluice/shared/protocol"
 )
 
@@ -18,6 +19,9 @@ const maxFinishedGroups = 12
 // Render writes the report as tables a person reads at a glance.
 func (r *StatusReport) Render(w io.Writer, allGroups bool) {
 	fmt.Fprintf(w, "Sluice status at %s — bucket %s, table %s\n", r.At.Format("2006-01-02 15:04:05 UTC"), r.Bucket, r.Table)
+	if r.OverridesError != "" {
+		fmt.Fprintf(w, "runtime overrides NOT in force (the functions keep the last good ones): %s\n", r.OverridesError)
+	}
 	if len(r.Tenants) == 0 {
 		fmt.Fprintln(w, "\nNo tenant has uploaded a block yet ('sluice upload --tenant T DIR...').")
 	}
@@ -147,6 +151,9 @@ func (t TenantStatus) render(w io.Writer, now time.Time, allGroups bool) {
 			}
 			fmt.Fprintf(w, "    %s: %s\n", what, short(q.Reason))
 		}
+	}
+	if len(t.Overrides) > 0 {
+		fmt.Fprintf(w, "  overrides (%s): %s\n", overrides.File, strings.Join(t.Overrides, ", "))
 	}
 	if r := t.Retention; r != nil {
 		var keep []string

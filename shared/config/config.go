@@ -106,6 +106,10 @@ type Config struct {
 	// than an hour (SLUICE_BUCKET_INDEX_INTERVAL, default 15m, as the
 	// Cortex and Mimir compactors' cleanup interval).
 	BucketIndexInterval time.Duration
+	// OverridesTTL is how long a function instance keeps the per-tenant
+	// runtime overrides it read before reading them again
+	// (SLUICE_OVERRIDES_TTL, default 1m).
+	OverridesTTL time.Duration
 	// RetentionInterval is how often retention runs, on its own schedule
 	// (SLUICE_RETENTION_INTERVAL, default 1h).
 	RetentionInterval time.Duration
@@ -311,6 +315,7 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	c.Retention = Retention{Raw: keep(EnvRetention), FiveMinutes: keep(EnvRetention + "_5M"), OneHour: keep(EnvRetention + "_1H")}
 	c.RetentionInterval = dur("SLUICE_RETENTION_INTERVAL", time.Hour)
+	c.OverridesTTL = dur("SLUICE_OVERRIDES_TTL", time.Minute)
 	switch v := getenv(EnvBucketIndex); v {
 	case "", "off":
 	case "cortex", "mimir":

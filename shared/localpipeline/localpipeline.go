@@ -130,11 +130,9 @@ func New(clients *awsenv.Clients, cfg config.Config, res spec.Resources, opts Op
 	if cfg.BucketIndex != "" {
 		r.Every("bucket-index", cfg.BucketIndexInterval, cleaner.BucketIndexes)
 	}
-	if cfg.Retention.Enabled() {
-		// Retention has a schedule of its own, as in the stack; no timer
-		// (and no query) when no retention is set.
-		r.Every("retention", cfg.RetentionInterval, cleaner.Retention)
-	}
+	// Retention has a schedule of its own, as in the stack (a pass with
+	// no retention set, here or in the overrides, reads nothing more).
+	r.Every("retention", cfg.RetentionInterval, cleaner.Retention)
 	return &Pipeline{Deps: deps, Runner: r, Refused: refused, opts: opts}, nil
 }
 

@@ -14,16 +14,20 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"runtime/debug"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/sluice-dev/sluice/shared/config"
 	"github.com/sluice-dev/sluice/shared/messages"
+	"github.com/sluice-dev/sluice/shared/overrides"
 	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/s3errors"
 )
 
 // S3 is the part of the S3 client the handlers use.
@@ -72,6 +76,43 @@ type Deps struct {
 	// Owner names this process in leases (a Lambda's log stream, a test's
 	// worker name); a random suffix is added per job.
 	Owner string
+	// Overrides caches the per-tenant runtime configuration
+	// (shared/overrides); nil means none.
+	Overrides *overrides.Cache
+}
+
+// overrides is the per-tenant runtime configuration now in force. A bad
+// object is logged with the line it fails on, and the last good one stays.
+func (d *Deps) overrides(ctx context.Context) overrides.Overrides {
+	if d.Overrides == nil {
+		return overrides.Overrides{}
+	}
+	o, err := d.Overrides.Get(ctx, d.now(), d.loadOverrides)
+	if err != nil {
+		d.Logger.ErrorContext(ctx, "runtime overrides not applied; the last good ones stay in force",
+			"key", overrides.Key(d.Config.Layout), "err", err)
+	}
+	return o
+}
+
+// loadOverrides reads the overrides object (ok false when there is none).
+func (d *Deps) loadOverrides(ctx context.Context) ([]byte, bool, error) {
+	res, err := d.S3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(d.Config.Bucket), Key: aws.String(overrides.Key(d.Config.Layout))})
+	if s3errors.IsNotFound(err) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	defer res.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(res.Body, overrides.MaxBytes+1))
+	if err != nil {
+		return nil, false, err
+	}
+	if len(data) > overrides.MaxBytes {
+		return nil, false, fmt.Errorf("over %d bytes", overrides.MaxBytes)
+	}
+	return data, true, nil
 }
 
 func (d *Deps) now() time.Time {

@@ -505,6 +505,10 @@ func (p Planner) planFor(ctx context.Context, b records.Block) error {
 	return p.PlanGroup(ctx, b.Tenant, g)
 }
 
+// disabledRecheck is how often a range of a tenant whose compaction the
+// overrides disable is looked at again.
+const disabledRecheck = 15 * time.Minute
+
 // maxPlanRounds bounds re-planning after lost claims within one message.
 const maxPlanRounds = 3
 
@@ -514,6 +518,13 @@ const maxPlanRounds = 3
 // off (returns nil) whenever another actor holds the group or its blocks:
 // completion re-plans.
 func (p Planner) PlanGroup(ctx context.Context, tenant string, g planning.GroupKey) error {
+	if p.overrides(ctx).CompactionDisabled(tenant) {
+		// Its blocks keep being registered; the range looks again later,
+		// so that clearing the override needs no new upload.
+		p.Logger.InfoContext(ctx, "compaction disabled for this tenant by the runtime overrides; looking again later",
+			"tenant", tenant, "group", g.String(), "again", disabledRecheck)
+		return p.records().PutAgenda(ctx, records.AgendaRange, p.now().Add(disabledRecheck), tenant, g.String())
+	}
 	for round := 0; round < maxPlanRounds; round++ {
 		again, err := p.planOnce(ctx, tenant, g)
 		if err != nil || !again {
@@ -543,7 +554,7 @@ func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKe
 		return false, err
 	}
 	now := p.now()
-	dec := p.Config.Policy.Plan(g, candidates(blocks), now)
+	dec := p.overrides(ctx).Policy(tenant, p.Config.Policy).Plan(g, candidates(blocks), now)
 	if len(dec.Sources) == 0 {
 		log.InfoContext(ctx, "nothing to plan", "why", dec.Wait, "blocks", len(blocks))
 		if dec.ClosesAt > 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluice-dev/sluice/shared/config"
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/retention"
@@ -30,7 +31,8 @@ type retentionRecords interface {
 // source. It reads one projection of each tenant's block records (no
 // meta.json, no S3 LIST) and does nothing when no retention is set.
 func (c Cleaner) Retention(ctx context.Context) error {
-	if !c.Config.Retention.Enabled() {
+	ov := c.overrides(ctx)
+	if !c.Config.Retention.Enabled() && !ov.AnyRetention() {
 		return nil
 	}
 	var st retentionRecords = c.Store
@@ -44,7 +46,7 @@ func (c Cleaner) Retention(ctx context.Context) error {
 	var errs []error
 	expired := 0
 	for i, tenant := range tenants {
-		n, err := c.retainTenant(ctx, st, tenant, now)
+		n, err := c.retainTenant(ctx, st, tenant, ov.Retention(tenant, c.Config.Retention), now)
 		expired += n
 		if err != nil {
 			errs = append(errs, fmt.Errorf("retention of %s: %w", tenant, err))
@@ -55,7 +57,10 @@ func (c Cleaner) Retention(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (c Cleaner) retainTenant(ctx context.Context, st retentionRecords, tenant string, now time.Time) (int, error) {
+func (c Cleaner) retainTenant(ctx context.Context, st retentionRecords, tenant string, keep config.Retention, now time.Time) (int, error) {
+	if !keep.Enabled() {
+		return 0, nil
+	}
 	streams, err := st.TenantStreams(ctx, tenant)
 	if err != nil {
 		return 0, err
@@ -68,7 +73,7 @@ func (c Cleaner) retainTenant(ctx context.Context, st retentionRecords, tenant s
 	if err != nil {
 		return 0, err
 	}
-	due, _, _ := retention.Expiries(c.Config.Retention, blocks, res, now)
+	due, _, _ := retention.Expiries(keep, blocks, res, now)
 	n := 0
 	for _, e := range due {
 		b := e.Block

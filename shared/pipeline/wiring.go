@@ -9,6 +9,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/awsenv"
 	"github.com/sluice-dev/sluice/shared/config"
 	"github.com/sluice-dev/sluice/shared/messages"
+	"github.com/sluice-dev/sluice/shared/overrides"
 	"github.com/sluice-dev/sluice/shared/records"
 )
 
@@ -21,6 +22,9 @@ func NewDeps(cfg config.Config, c *awsenv.Clients, logger *slog.Logger, owner st
 		S3:     c.S3,
 		Logger: logger,
 		Owner:  owner,
+		// Every function instance reads the overrides again a minute
+		// after it last did: effective without a redeploy.
+		Overrides: &overrides.Cache{TTL: cfg.OverridesTTL},
 	}
 }
 

@@ -1,6 +1,9 @@
 package spec
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // This file holds what only a real AWS deployment needs on top of the
 // resources in spec.go: the deployment's bucket layout settings, each
@@ -73,6 +76,11 @@ const (
 // buckets), which the uploader rewrites with If-Match on the ETag it
 // replaces: the one object Sluice overwrites, and only conditionally.
 const BucketIndexObjects ObjectPattern = "*/bucket-index.json.gz"
+
+// OverridesObjects is the per-tenant runtime configuration
+// (shared/overrides) at the prefix's root, which the planner and the
+// cleaner read.
+const OverridesObjects ObjectPattern = "sluice-overrides.yaml"
 
 // AnyBlockObject is every object under a block's prefix, including files
 // other writers leave there (an old Thanos index.cache.json): the
@@ -159,7 +167,8 @@ type Permissions struct {
 //     never overwrites one), never meta.json or a marker: the uploader
 //     publishes. Records: lease, commit, record a failed attempt.
 //   - cleaner: ListObjectVersions under output keys for the orphan sweep;
-//     reads no object and deletes none, it sends DELETE ops. Records: every
+//     reads no object but the runtime overrides and deletes none, it
+//     sends DELETE ops. Records: every
 //     transition after commit, and its agenda.
 //   - uploader: the ONLY writer of meta.json and markers (PutObject only
 //     with If-None-Match, HeadObject after a 412) and the ONLY deleter
@@ -181,7 +190,7 @@ func (r Resources) Permissions(id FunctionID) Permissions {
 	switch id {
 	case Planner:
 		return Permissions{
-			S3:       []S3Grant{{Actions: S3Read, Objects: BlockObjects}},
+			S3:       []S3Grant{{Actions: S3Read, Objects: append(slices.Clone(BlockObjects), OverridesObjects)}},
 			S3List:   cat(S3ListKeys, S3ListVersions),
 			DynamoDB: cat(DynamoRead, DynamoWrite),
 		}
@@ -196,7 +205,8 @@ func (r Resources) Permissions(id FunctionID) Permissions {
 		}
 	case Cleaner:
 		return Permissions{
-			S3List:   S3ListVersions,
+			S3:       []S3Grant{{Actions: S3Read, Objects: []ObjectPattern{OverridesObjects}}},
+			S3List:   cat(S3ListKeys, S3ListVersions),
 			DynamoDB: cat(DynamoRead, DynamoWrite, DynamoDelete),
 		}
 	case Uploader:
