@@ -44,6 +44,23 @@ func (r *run) check(ctx context.Context) error {
 	if !rep.OK() {
 		r.fail("sluice verify: %d violation(s)", len(rep.Violations))
 	}
+	if rr := r.sum.Retention; rr != nil {
+		blocks, err := store.TenantBlocks(ctx, rr.Tenant)
+		if err != nil {
+			return err
+		}
+		for _, b := range blocks {
+			if b.State == protocol.BlockDeleted {
+				rr.Deleted++
+				if b.MarkVersionID != "" {
+					rr.Marked++
+				}
+			}
+		}
+		if rr.Deleted != rr.Uploaded || rr.Marked != rr.Uploaded {
+			r.fail("%s: %d of %d blocks past their retention deleted (%d after a deletion mark)", rr.Tenant, rr.Deleted, rr.Uploaded, rr.Marked)
+		}
+	}
 	for i := range r.sum.Tenants {
 		ts := &r.sum.Tenants[i]
 		if err := r.equivalence(ctx, ts); err != nil {

@@ -38,6 +38,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/cli"
 	"github.com/sluice-dev/sluice/shared/config"
 	"github.com/sluice-dev/sluice/shared/equiv"
+	"github.com/sluice-dev/sluice/shared/overrides"
 	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/s3errors"
@@ -165,6 +166,9 @@ type Summary struct {
 	Duplicated int `json:"duplicated"`
 	// Settled: the pipeline finished within the timeout.
 	Settled bool `json:"settled"`
+	// Retention is what retention did to the archive tenant, whose old
+	// blocks a per-tenant override expires (nil in the Thanos deployment).
+	Retention *RetentionRun `json:"retention,omitempty"`
 	// Invocations per function (and sweeps) of the local runner.
 	Invocations map[string]int64  `json:"invocations"`
 	Verify      *cli.VerifyReport `json:"verify"`
@@ -200,6 +204,27 @@ type TenantSummary struct {
 	Violations  int          `json:"violations"`
 	Equivalence equiv.Report `json:"equivalence"`
 }
+
+// RetentionRun is the archive tenant's story: blocks that ended long
+// ago, uploaded, expired by the retention its override sets, deleted.
+type RetentionRun struct {
+	Tenant    string        `json:"tenant"`
+	Retention time.Duration `json:"retention"`
+	Uploaded  int           `json:"uploaded"`
+	Deleted   int           `json:"deleted"`
+	// Marked counts those deleted after a deletion mark, as every
+	// retired block is.
+	Marked int `json:"marked"`
+}
+
+// archiveTenant's blocks end archiveAge before the demo's; its override
+// keeps them archiveRetention.
+const (
+	archiveTenant    = "archive"
+	archiveAge       = 40 * 24 * time.Hour
+	archiveRetention = 30 * 24 * time.Hour
+	archiveBlocks    = 2
+)
 
 // LiveBlock is a block live at the end.
 type LiveBlock struct {
@@ -418,7 +443,19 @@ func (r *run) provision(ctx context.Context) error {
 		"Use them with: source "+r.opts.EnvFile+" && sluice status\n(or: sluice --env-file "+r.opts.EnvFile+" status)"); err != nil {
 		return err
 	}
+	if !r.thanos {
+		// The archive tenant's retention, as an operator sets it: one
+		// line of the runtime overrides, no redeploy.
+		body := fmt.Sprintf("overrides:\n  %s:\n    retention: %dd\n", archiveTenant, int(archiveRetention.Hours()/24))
+		if _, err := r.quiet.S3.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(r.cfg.Bucket),
+			Key: aws.String(overrides.Key(r.cfg.Layout)), Body: strings.NewReader(body)}); err != nil {
+			return fmt.Errorf("write the runtime overrides: %w", err)
+		}
+	}
 	r.stepf("provision", "%s: versioned bucket, state table, 4 queues with dead-letter queues (%s)", r.opts.Prefix, since(start))
+	if !r.thanos {
+		r.detailf("runtime overrides in %s: tenant %s keeps blocks %d days", overrides.Key(r.cfg.Layout), archiveTenant, int(archiveRetention.Hours()/24))
+	}
 	if r.thanos {
 		r.detailf("single-tenant layout (blocks at <ULID>/, as Thanos writes them), replica label %q, settings in %s", thanosReplicaLabel, r.opts.EnvFile)
 	}
@@ -439,6 +476,10 @@ func (r *run) configure(c *config.Config) {
 	// Mimir bucket needs, rewritten every few seconds here.
 	c.BucketIndex = bucketindex.Mimir
 	c.BucketIndexInterval = 5 * time.Second
+	// The archive tenant's retention (an override) is applied every few
+	// seconds here, hourly in AWS.
+	c.RetentionInterval = 5 * time.Second
+	c.OverridesTTL = time.Second
 }
 
 // demoStart is midnight UTC two days ago: every range has closed.
@@ -471,6 +512,18 @@ func (r *run) generate() error {
 		parts = append(parts, fmt.Sprintf("%s %d blocks (RF %d)", t.Name, len(bs), max(t.ReplicationFactor, 1)))
 		r.sum.Tenants = append(r.sum.Tenants, TenantSummary{Tenant: t.Name, ReplicationFactor: max(t.ReplicationFactor, 1), Uploaded: len(bs)})
 	}
+	old, err := blockgen.Generate(filepath.Join(r.opts.WorkDir, "in", archiveTenant), blockgen.Options{
+		Tenant: archiveTenant, Start: from.Add(-archiveAge), Blocks: archiveBlocks, Series: 20, ThanosFiles: true, Seed: 99,
+		ExternalLabels: map[string]string{"cluster": "demo", "tenant": archiveTenant},
+	})
+	if err != nil {
+		return err
+	}
+	for _, b := range old {
+		r.inputs[archiveTenant] = append(r.inputs[archiveTenant], b.Dir)
+	}
+	r.sum.Retention = &RetentionRun{Tenant: archiveTenant, Retention: archiveRetention, Uploaded: len(old)}
+	parts = append(parts, fmt.Sprintf("%s %d blocks ending %d days earlier", archiveTenant, len(old), int(archiveAge.Hours()/24)))
 	r.stepf("generate", "%s: %d series each (counters, gauges, native histograms), %s → %s (%s)",
 		strings.Join(parts, ", "), r.opts.Series, from.Format("2006-01-02 15:04"),
 		from.Add(time.Duration(r.opts.Hours)*time.Hour).Format("2006-01-02 15:04"), since(start))
@@ -654,14 +707,28 @@ type state struct {
 	// exactly the blocks a reader may query (when the deployment keeps one).
 	staleIndexes int
 	indexed      map[string]int // tenant → blocks its bucket index lists
+	// unexpired counts the archive tenant's blocks not deleted yet.
+	unexpired int
 }
 
 func (s state) settled() bool {
-	return s.transitional == 0 && s.groups == s.finished && s.groups > 0 && s.staleIndexes == 0
+	return s.transitional == 0 && s.groups == s.finished && s.groups > 0 && s.staleIndexes == 0 && s.unexpired == 0
 }
 
 func (r *run) state(ctx context.Context, st *records.Store) (state, error) {
 	s := state{indexed: map[string]int{}}
+	if rr := r.sum.Retention; rr != nil {
+		blocks, err := st.TenantBlocks(ctx, rr.Tenant)
+		if err != nil {
+			return s, err
+		}
+		s.unexpired = rr.Uploaded
+		for _, b := range blocks {
+			if b.State == protocol.BlockDeleted {
+				s.unexpired--
+			}
+		}
+	}
 	for _, t := range r.opts.Tenants {
 		blocks, err := st.TenantBlocks(ctx, t.Name)
 		if err != nil {

@@ -109,12 +109,22 @@ func (r *run) report() {
 			fmt.Fprintf(w, "  %-13s  FAILED: %s\n", "equivalence", strings.ReplaceAll(e.String(), "\n", "\n                 "))
 		}
 	}
+	if rr := r.sum.Retention; rr != nil {
+		fmt.Fprintf(w, "\nTENANT %s (retention %dd, from the runtime overrides)\n", rr.Tenant, int(rr.Retention.Hours()/24))
+		fmt.Fprintf(w, "  %-13s  %d × 2h (level 0), ending %d days before the others\n", "blocks before", rr.Uploaded, int(archiveAge.Hours()/24))
+		fmt.Fprintf(w, "  %-13s  %d expired by retention's own schedule, marked, then deleted (%d with a deletion mark first)\n",
+			"blocks after", rr.Deleted, rr.Marked)
+	}
 	if r.sum.Verify != nil && !r.sum.Verify.OK() {
 		fmt.Fprintln(w)
 		r.sum.Verify.Render(w)
 	}
 
-	fmt.Fprintf(w, "\nAWS REQUESTS (%d tenants together)\n", len(r.sum.Tenants))
+	tenants := len(r.sum.Tenants)
+	if r.sum.Retention != nil {
+		tenants++
+	}
+	fmt.Fprintf(w, "\nAWS REQUESTS (%d tenants together)\n", tenants)
 	width := len("total")
 	for _, q := range r.sum.Requests {
 		width = max(width, len(q.Operation))

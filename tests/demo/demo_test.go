@@ -56,8 +56,16 @@ func TestDemoScenarioSmall(t *testing.T) {
 		t.Fatalf("demo failed: %v\nlast logs:\n%s", sum.Failures, tail(string(logs), 40))
 	}
 
-	if sum.Uploaded != 36 || sum.Duplicated != 4 || !sum.Settled {
-		t.Errorf("uploaded %d (want 36), duplicated %d (want 4), settled %v", sum.Uploaded, sum.Duplicated, sum.Settled)
+	if sum.Uploaded != 38 || sum.Duplicated != 4 || !sum.Settled {
+		t.Errorf("uploaded %d (want 36 and the archive tenant's 2), duplicated %d (want 4), settled %v", sum.Uploaded, sum.Duplicated, sum.Settled)
+	}
+	// The archive tenant's blocks, past the retention its override sets,
+	// are expired by retention's schedule and deleted after their marks.
+	if rr := sum.Retention; rr == nil || rr.Uploaded != 2 || rr.Deleted != 2 || rr.Marked != 2 {
+		t.Errorf("retention = %+v; want the archive tenant's 2 blocks deleted, each after a deletion mark", rr)
+	}
+	if !strings.Contains(out.String(), "bucket-index.json.gz lists") || !strings.Contains(out.String(), "expired by retention") {
+		t.Errorf("the report shows no bucket index or no retention deletion:\n%s", out.String())
 	}
 	want := map[string]int{"team-a": 12, "team-b": 24}
 	for _, ts := range sum.Tenants {
@@ -106,8 +114,8 @@ func TestDemoScenarioSmall(t *testing.T) {
 		if bound := sum.Uploaded + partitions; strings.HasPrefix(q.Operation, "S3 List") && q.Pipeline > bound {
 			t.Errorf("the pipeline called %s %d times, more than %d (uploads + partition jobs)", q.Operation, q.Pipeline, bound)
 		}
-		if q.Operation == "S3 PutObject" && q.Upload != 36*3 {
-			t.Errorf("upload put %d objects, want 108", q.Upload)
+		if q.Operation == "S3 PutObject" && q.Upload != sum.Uploaded*3 {
+			t.Errorf("upload put %d objects, want %d (meta.json, index and one chunk segment per block)", q.Upload, sum.Uploaded*3)
 		}
 	}
 	for _, line := range []string{"TENANT team-a (replication factor 1)", "TENANT team-b (replication factor 2)",
