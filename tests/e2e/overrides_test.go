@@ -45,7 +45,7 @@ func states(w *testworld.World, tenant string) map[protocol.BlockState]int {
 func TestOverridesPerTenantWithoutRedeploy(t *testing.T) {
 	t.Parallel()
 	clock := &testworld.Clock{}
-	keep := time.Since(day().Add(18 * time.Hour)).Round(time.Hour) + time.Hour
+	keep := time.Since(day().Add(18*time.Hour)).Round(time.Hour) + time.Hour
 	w := testworld.New(t, testworld.Options{Pipeline: localrun.Options{Now: clock.Now}, Configure: func(c *config.Config) {
 		c.OverridesTTL = time.Second
 		c.RetentionInterval = 2 * time.Second
