@@ -92,12 +92,6 @@ func (p Planner) honourMark(ctx context.Context, k blockkey.Key, b records.Block
 		return false, nil
 	}
 	noted := b.NoCompact && (!deletion || b.MarkVersionID != "")
-	if !deletion && vid != "" && vid == b.NoCompactMarkVersionID && b.NoCompactMarkOurs {
-		// Sluice's own mark of a block quarantined once and released since,
-		// its notification late: the release deletes it.
-		log.InfoContext(ctx, "late notification of Sluice's own no-compact mark; nothing to honour")
-		return false, nil
-	}
 	if !noted {
 		// Read the mark itself: a late notification of a mark deleted
 		// since is nothing to honour, and a deletion mark says when it
@@ -109,6 +103,12 @@ func (p Planner) honourMark(ctx context.Context, k blockkey.Key, b records.Block
 		}
 		if err != nil {
 			return false, err
+		}
+		if !deletion && cur == b.NoCompactMarkVersionID && b.NoCompactMarkOurs {
+			// Sluice's own mark of a block quarantined once and released
+			// since, its notification late: the release deletes it.
+			log.InfoContext(ctx, "late notification of Sluice's own no-compact mark; nothing to honour", "markVersion", cur)
+			return false, nil
 		}
 		markedAt := p.now()
 		if deletion {
