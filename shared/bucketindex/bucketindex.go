@@ -11,7 +11,14 @@
 // readers decode it with encoding/json and check no version; Mimir's
 // queriers refuse an index older than their max stale period (1h by
 // default), so it is rewritten on a schedule even when nothing changed.
-// testdata/ holds a golden index derived from their struct tags.
+//
+// testdata/ holds a golden index derived from their struct tags, because
+// neither package builds as a dependency here (tried 2026-12-01): Mimir's
+// bucketindex needs Prometheus through its replace onto Grafana's fork
+// ("cannot find module providing package .../prometheus/tsdb"), and
+// Cortex v1.21.1's resolves, but its Thanos and gRPC dependencies do not
+// compile without Cortex's own replace directives (groupcache's
+// UnmarshalBinary, resolver.Backend).
 package bucketindex
 
 import (
