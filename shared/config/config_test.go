@@ -144,3 +144,21 @@ func TestRetentionSettings(t *testing.T) {
 		t.Errorf("default retention = %+v every %v; want none, every 1h", d.Retention, d.RetentionInterval)
 	}
 }
+
+// TestThanosLevelRanges: Thanos' default levels (2h uploads, then 8h, 2d
+// and 14d) are Sluice ranges 8h, 48h and 336h above the 2h level-0 blocks.
+func TestThanosLevelRanges(t *testing.T) {
+	c, err := Load(env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_RANGES", "8h,48h,336h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.Policy.Ranges, []time.Duration{8 * time.Hour, 48 * time.Hour, 336 * time.Hour}) || c.Policy.TopLevel() != 3 {
+		t.Fatalf("ranges = %v", c.Policy.Ranges)
+	}
+	if l := c.Policy.LevelOf(0, (2 * time.Hour).Milliseconds()); l != 0 {
+		t.Errorf("a 2h upload is level %d, want 0", l)
+	}
+	if l := c.Policy.LevelOf(0, (48 * time.Hour).Milliseconds()); l != 2 {
+		t.Errorf("a Thanos 2d block is level %d, want 2", l)
+	}
+}
