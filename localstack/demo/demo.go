@@ -86,7 +86,8 @@ type Options struct {
 	// default .sluice/demo.env. LogFile receives the handlers' logs;
 	// default .sluice/demo.log.
 	EnvFile, LogFile string
-	// Timeout for the pipeline to settle; default 150s.
+	// Timeout for the pipeline to settle; default 5m (the demo runs two
+	// deployments side by side on one emulator: about 2.5 min on two cores).
 	Timeout time.Duration
 	// Out receives the report (default os.Stdout); Progress the progress
 	// bars (nil: none).
@@ -146,7 +147,7 @@ func (o *Options) defaults() {
 		o.LogFile = filepath.Join(".sluice", "demo.log")
 	}
 	if o.Timeout == 0 {
-		o.Timeout = 150 * time.Second
+		o.Timeout = 5 * time.Minute
 	}
 	if o.Out == nil {
 		o.Out = os.Stdout
@@ -473,12 +474,13 @@ func (r *run) configure(c *config.Config) {
 	}
 	c.Policy.MaxSeriesPerPartition = r.opts.MaxSeriesPerPartition
 	// The multi-tenant deployment keeps each tenant's bucket index, as a
-	// Mimir bucket needs, rewritten every few seconds here.
+	// Mimir bucket needs, rewritten every 15 seconds here (15 minutes in
+	// AWS).
 	c.BucketIndex = bucketindex.Mimir
-	c.BucketIndexInterval = 5 * time.Second
-	// The archive tenant's retention (an override) is applied every few
+	c.BucketIndexInterval = 15 * time.Second
+	// The archive tenant's retention (an override) is applied every 15
 	// seconds here, hourly in AWS.
-	c.RetentionInterval = 5 * time.Second
+	c.RetentionInterval = 15 * time.Second
 	c.OverridesTTL = time.Second
 }
 
