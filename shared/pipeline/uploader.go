@@ -37,8 +37,8 @@ func (u Uploader) records() opRecords { return u.Store }
 type opRecords interface {
 	GetBlock(ctx context.Context, tenant, id string) (records.Block, bool, error)
 	MarkPublished(ctx context.Context, tenant, id string, gen int64, vid string, now time.Time) error
-	RecordMark(ctx context.Context, tenant, id string, gen int64, vid string, now time.Time) error
-	RecordNoCompactMark(ctx context.Context, tenant, id string, gen int64, vid string, ours bool, now time.Time) error
+	RecordMark(ctx context.Context, tenant, id string, gen int64, vid, globalVid string, now time.Time) error
+	RecordNoCompactMark(ctx context.Context, tenant, id string, gen int64, vid string, ours bool, globalVid string, now time.Time) error
 	ForgetNoCompactMark(ctx context.Context, tenant, id string, gen int64, vid string, now time.Time) error
 }
 
@@ -120,7 +120,13 @@ func (u Uploader) markNoCompact(ctx context.Context, k blockkey.Key, b records.B
 	if err != nil {
 		return err
 	}
-	if err := u.records().RecordNoCompactMark(ctx, b.Tenant, b.ID, b.Gen, vid, ours, u.now()); err != nil {
+	var globalVid string
+	if ours && u.Config.BucketIndex != "" {
+		if globalVid, _, err = u.putOnce(ctx, u.globalMarker(b, blockkey.NoCompactMarkFile), body); err != nil {
+			return err
+		}
+	}
+	if err := u.records().RecordNoCompactMark(ctx, b.Tenant, b.ID, b.Gen, vid, ours, globalVid, u.now()); err != nil {
 		if records.IsConditionLost(err) {
 			log.WarnContext(ctx, "block moved on while writing its no-compact mark", "lost", err)
 			return nil
@@ -140,6 +146,11 @@ func (u Uploader) unmarkNoCompact(ctx context.Context, k blockkey.Key, b records
 	}
 	if b.NoCompactMarkOurs {
 		if err := u.deleteVersion(ctx, k.Object(blockkey.NoCompactMarkFile), b.NoCompactMarkVersionID); err != nil {
+			return err
+		}
+	}
+	if b.GlobalNoCompactVersionID != "" {
+		if err := u.deleteVersion(ctx, u.globalMarker(b, blockkey.NoCompactMarkFile), b.GlobalNoCompactVersionID); err != nil {
 			return err
 		}
 	}
@@ -201,10 +212,18 @@ func (u Uploader) mark(ctx context.Context, k blockkey.Key, b records.Block, log
 	if err != nil {
 		return err
 	}
+	var globalVid string
+	if u.Config.BucketIndex != "" {
+		// Cortex and Mimir also look for the mark among the tenant's
+		// global markers; written after the block's own, as they do.
+		if globalVid, _, err = u.putOnce(ctx, u.globalMarker(b, blockkey.DeletionMarkFile), body); err != nil {
+			return err
+		}
+	}
 	if err := u.step(ctx, "uploader.mark-written", b.Key()); err != nil {
 		return err
 	}
-	if err := u.records().RecordMark(ctx, b.Tenant, b.ID, b.Gen, vid, u.now()); err != nil {
+	if err := u.records().RecordMark(ctx, b.Tenant, b.ID, b.Gen, vid, globalVid, u.now()); err != nil {
 		if records.IsConditionLost(err) {
 			log.WarnContext(ctx, "block moved on while marking", "lost", err)
 			return nil
@@ -213,6 +232,13 @@ func (u Uploader) mark(ctx context.Context, k blockkey.Key, b records.Block, log
 	}
 	log.InfoContext(ctx, "deletion mark written", "markVersion", vid)
 	return nil
+}
+
+// globalMarker is the key of block b's global marker of kind file (a
+// deletion or no-compact mark) in a Cortex or Mimir bucket:
+// <tenant>/markers/<ULID>-<file>.
+func (u Uploader) globalMarker(b records.Block, file string) string {
+	return u.Config.Layout.TenantPrefix(b.Tenant) + "markers/" + b.ID + "-" + file
 }
 
 // putOnce writes key with If-None-Match (and a SHA-256 checksum, by which
@@ -228,6 +254,13 @@ func (u Uploader) delete(ctx context.Context, k blockkey.Key, b records.Block, l
 	for _, v := range vs {
 		if err := u.deleteVersion(ctx, k.Object(v.RelPath), v.VersionID); err != nil {
 			return err
+		}
+	}
+	for file, vid := range map[string]string{blockkey.DeletionMarkFile: b.GlobalMarkVersionID, blockkey.NoCompactMarkFile: b.GlobalNoCompactVersionID} {
+		if vid != "" {
+			if err := u.deleteVersion(ctx, u.globalMarker(b, file), vid); err != nil {
+				return err
+			}
 		}
 	}
 	log.InfoContext(ctx, "block deleted", "versions", len(vs), "state", b.State)

@@ -332,10 +332,17 @@ func (st *Store) Retire(ctx context.Context, ref string, b Block, retireAt, now 
 
 // RecordMark records the deletion-mark.json version the uploader wrote for
 // a RETIRING block at gen, and when: the deletion delay runs from then.
-func (st *Store) RecordMark(ctx context.Context, tenant, id string, gen int64, vid string, now time.Time) error {
+// globalVid is the global marker's version in a Cortex or Mimir bucket
+// ("" when none was written).
+func (st *Store) RecordMark(ctx context.Context, tenant, id string, gen int64, vid, globalVid string, now time.Time) error {
 	b := Block{Tenant: tenant, ID: id, Gen: gen}
-	return st.writeBlock(ctx, "marked "+b.Key(), protocol.RecordMark, b, expect{}, now,
-		"markVid = :vid, markedAt = :now, updatedAt = :now", "", map[string]types.AttributeValue{":vid": s(vid), ":now": n(now.UnixMilli())})
+	set := "markVid = :vid, markedAt = :now, updatedAt = :now"
+	vals := map[string]types.AttributeValue{":vid": s(vid), ":now": n(now.UnixMilli())}
+	if globalVid != "" {
+		set += ", gmVid = :gvid"
+		vals[":gvid"] = s(globalVid)
+	}
+	return st.writeBlock(ctx, "marked "+b.Key(), protocol.RecordMark, b, expect{}, now, set, "", vals)
 }
 
 // NoteForeignMark records a mark another tool wrote for a LIVE or CLAIMED

@@ -143,11 +143,16 @@ func (st *Store) ReleaseBlock(ctx context.Context, b Block, now time.Time) (int6
 // RecordNoCompactMark records the no-compact-mark.json version the
 // uploader wrote (ours) or found (another tool's) for a QUARANTINED block
 // at gen.
-func (st *Store) RecordNoCompactMark(ctx context.Context, tenant, id string, gen int64, vid string, ours bool, now time.Time) error {
+// globalVid is the global marker's version ("" when none was written).
+func (st *Store) RecordNoCompactMark(ctx context.Context, tenant, id string, gen int64, vid string, ours bool, globalVid string, now time.Time) error {
 	b := Block{Tenant: tenant, ID: id, Gen: gen}
-	return st.writeBlock(ctx, "no-compact mark of "+b.Key(), protocol.RecordNoCompact, b, expect{}, now,
-		"ncVid = :vid, ncOurs = :ours, updatedAt = :now", "",
-		map[string]types.AttributeValue{":vid": s(vid), ":ours": &types.AttributeValueMemberBOOL{Value: ours}, ":now": n(now.UnixMilli())})
+	set := "ncVid = :vid, ncOurs = :ours, updatedAt = :now"
+	vals := map[string]types.AttributeValue{":vid": s(vid), ":ours": &types.AttributeValueMemberBOOL{Value: ours}, ":now": n(now.UnixMilli())}
+	if globalVid != "" {
+		set += ", gncVid = :gvid"
+		vals[":gvid"] = s(globalVid)
+	}
+	return st.writeBlock(ctx, "no-compact mark of "+b.Key(), protocol.RecordNoCompact, b, expect{}, now, set, "", vals)
 }
 
 // ForgetNoCompactMark records that the uploader deleted Sluice's
@@ -156,5 +161,5 @@ func (st *Store) RecordNoCompactMark(ctx context.Context, tenant, id string, gen
 func (st *Store) ForgetNoCompactMark(ctx context.Context, tenant, id string, gen int64, vid string, now time.Time) error {
 	b := Block{Tenant: tenant, ID: id, Gen: gen}
 	return st.writeBlock(ctx, "forget no-compact mark of "+b.Key(), protocol.ForgetNoCompact, b, expect{vid: vid}, now,
-		"updatedAt = :now", "ncVid, ncOurs", map[string]types.AttributeValue{":now": n(now.UnixMilli())})
+		"updatedAt = :now", "ncVid, ncOurs, gncVid", map[string]types.AttributeValue{":now": n(now.UnixMilli())})
 }

@@ -93,10 +93,10 @@ func TestQuarantineTransitions(t *testing.T) {
 	if got.State != protocol.BlockQuarantined || got.Gen != gen || got.ClaimedBy != "" || got.Reason != "3 failed attempts" || head.State != protocol.GroupSuperseded {
 		t.Fatalf("after quarantine: block %s gen %d claimedBy %q reason %q, head %s", got.State, got.Gen, got.ClaimedBy, got.Reason, head.State)
 	}
-	if err := w.store.RecordNoCompactMark(w.ctx, "acme", "A", gen-1, "vid", true, w.now); !records.IsConditionLost(err) {
+	if err := w.store.RecordNoCompactMark(w.ctx, "acme", "A", gen-1, "vid", true, "", w.now); !records.IsConditionLost(err) {
 		t.Fatalf("a mark recorded at an old gen: %v", err)
 	}
-	if err := w.store.RecordNoCompactMark(w.ctx, "acme", "A", gen, "vid", true, w.now); err != nil {
+	if err := w.store.RecordNoCompactMark(w.ctx, "acme", "A", gen, "vid", true, "", w.now); err != nil {
 		t.Fatal(err)
 	}
 	got, _, _ = w.store.GetBlock(w.ctx, "acme", "A")

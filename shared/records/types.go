@@ -58,12 +58,21 @@ type Block struct {
 	MetaParts     int    `dynamodbav:"metaParts,omitempty"`
 	MetaVersionID string `dynamodbav:"metaVid,omitempty"`
 	MarkVersionID string `dynamodbav:"markVid,omitempty"`
+	// GlobalMarkVersionID is the version of the global deletion marker,
+	// <tenant>/markers/<ULID>-deletion-mark.json, that the uploader writes
+	// beside the block's own in a Cortex or Mimir bucket (and deletes with
+	// the block).
+	GlobalMarkVersionID string `dynamodbav:"gmVid,omitempty"`
 	// NoCompactMarkVersionID is the no-compact-mark.json version Sluice
 	// wrote for a QUARANTINED block, or another tool's that registration
 	// found or a later notification brought (then NoCompactMarkOurs is
 	// false and a release leaves it alone).
 	NoCompactMarkVersionID string `dynamodbav:"ncVid,omitempty"`
 	NoCompactMarkOurs      bool   `dynamodbav:"ncOurs,omitempty"`
+	// GlobalNoCompactVersionID is the global no-compact marker
+	// (<tenant>/markers/<ULID>-no-compact-mark.json) Sluice wrote beside
+	// its own no-compact mark in a Cortex or Mimir bucket.
+	GlobalNoCompactVersionID string `dynamodbav:"gncVid,omitempty"`
 	Published              bool   `dynamodbav:"published"`
 	NoCompact              bool   `dynamodbav:"noCompact,omitempty"`
 	Series                 uint64 `dynamodbav:"series"`

@@ -77,6 +77,11 @@ const (
 // replaces: the one object Sluice overwrites, and only conditionally.
 const BucketIndexObjects ObjectPattern = "*/bucket-index.json.gz"
 
+// GlobalMarkerObjects are a tenant's global markers in a Cortex or Mimir
+// bucket (<tenant>/markers/<ULID>-deletion-mark.json), which the uploader
+// writes beside a block's own mark and deletes with the block.
+const GlobalMarkerObjects ObjectPattern = "*/markers/*-mark.json"
+
 // OverridesObjects is the per-tenant runtime configuration
 // (shared/overrides) at the prefix's root, which the planner and the
 // cleaner read.
@@ -186,7 +191,7 @@ func (r Resources) Permissions(id FunctionID) Permissions {
 		}
 		return out
 	}
-	published := []ObjectPattern{MetaObjects, DeletionMarkObjects, NoCompactMarkObjects}
+	published := []ObjectPattern{MetaObjects, DeletionMarkObjects, NoCompactMarkObjects, GlobalMarkerObjects}
 	switch id {
 	case Planner:
 		return Permissions{

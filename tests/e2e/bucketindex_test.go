@@ -134,6 +134,23 @@ func TestBucketIndexFollowsTheRecords(t *testing.T) {
 			t.Errorf("index entry %+v does not describe block %s [%d, %d)", *e, b.ID, b.MinT, b.MaxT)
 		}
 	}
+	// Every retired source got its global marker beside its own mark
+	// (<tenant>/markers/<ULID>-deletion-mark.json), and lost it with its
+	// deletion.
+	for _, b := range blocks {
+		r := all[b.Meta.ULID.String()]
+		if r.State != protocol.BlockDeleted || r.GlobalMarkVersionID == "" {
+			t.Errorf("source %s is %s with global marker %q; want DELETED after one was written", r.ID, r.State, r.GlobalMarkVersionID)
+		}
+	}
+	markers, err := w.Env.Clients.S3.ListObjectVersions(ctx, &s3.ListObjectVersionsInput{Bucket: aws.String(w.Config.Bucket),
+		Prefix: aws.String(w.Config.Layout.TenantPrefix("acme") + "markers/")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(markers.Versions) + len(markers.DeleteMarkers); n != 0 {
+		t.Errorf("%d global marker versions are left after their blocks were deleted", n)
+	}
 	// The held write lost to the other object and was made again.
 	puts := 0
 	for _, s := range steps.Trace() {

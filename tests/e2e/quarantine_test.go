@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/localstack/localrun"
 	"github.com/sluice-dev/sluice/shared/blockgen"
 	"github.com/sluice-dev/sluice/shared/blockkey"
+	"github.com/sluice-dev/sluice/shared/bucketindex"
 	"github.com/sluice-dev/sluice/shared/blockmeta"
 	"github.com/sluice-dev/sluice/shared/cli"
 	"github.com/sluice-dev/sluice/shared/compaction"
@@ -46,6 +48,8 @@ func TestCorruptSourceIsQuarantined(t *testing.T) {
 	w := testworld.New(t, testworld.Options{Configure: func(c *config.Config) {
 		c.Policy.CloseDelay = 3 * time.Second
 		c.MaxJobAttempts = 3
+		c.BucketIndex = bucketindex.Cortex // and its global markers
+		c.BucketIndexInterval = time.Hour
 	}})
 	ctx := context.Background()
 	blocks := w.Generate(blockgen.Options{Tenant: "acme", Start: day(), Blocks: 6, Series: 40, Seed: 21, ThanosFiles: true})
@@ -82,6 +86,10 @@ func TestCorruptSourceIsQuarantined(t *testing.T) {
 	if err != nil || nc.ID.String() != badID || nc.Reason != blockmeta.ManualNoCompactReason || !strings.Contains(nc.Details, "quarantined by Sluice") {
 		t.Fatalf("no-compact-mark.json %s: %+v, %v", mark, nc, err)
 	}
+	globalMarker := w.Config.Layout.TenantPrefix("acme") + "markers/" + badID + "-" + blockkey.NoCompactMarkFile
+	if !bytes.Equal(readKey(t, w, globalMarker), mark) || q.GlobalNoCompactVersionID == "" {
+		t.Errorf("the global marker %s does not hold the block's no-compact mark (recorded %q)", globalMarker, q.GlobalNoCompactVersionID)
+	}
 	g := planning.GroupKey{Stream: q.Stream, Level: 1, RangeStart: day().UnixMilli()}
 	versions := groupVersions(t, w, "acme", g)
 	if v1 := versions[1]; v1.Failures != 3 || v1.LastErrorBlock != badID || v1.State != protocol.GroupSuperseded {
@@ -108,6 +116,10 @@ func TestCorruptSourceIsQuarantined(t *testing.T) {
 	settle(t, w, "acme")
 	if b := byID(w.Blocks(ctx, "acme"))[badID]; b.State != protocol.BlockDeleted {
 		t.Errorf("retried block is %s (%s), want compacted and DELETED", b.State, b.Reason)
+	}
+	if vs, err := w.Env.Clients.S3.ListObjectVersions(ctx, &s3.ListObjectVersionsInput{Bucket: aws.String(w.Config.Bucket),
+		Prefix: aws.String(globalMarker)}); err != nil || len(vs.Versions) != 0 {
+		t.Errorf("the global no-compact marker outlived the release: %v versions, %v", len(vs.Versions), err)
 	}
 	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
 		t.Fatal(err)
@@ -296,10 +308,15 @@ func objectKey(t *testing.T, w *testworld.World, tenant, id, rel string) string 
 
 func readObject(t *testing.T, w *testworld.World, tenant, id, rel string) []byte {
 	t.Helper()
+	return readKey(t, w, objectKey(t, w, tenant, id, rel))
+}
+
+func readKey(t *testing.T, w *testworld.World, key string) []byte {
+	t.Helper()
 	res, err := w.Env.Clients.S3.GetObject(context.Background(), &s3.GetObjectInput{Bucket: aws.String(w.Config.Bucket),
-		Key: aws.String(objectKey(t, w, tenant, id, rel))})
+		Key: aws.String(key)})
 	if err != nil {
-		t.Fatalf("read %s of %s/%s: %v", rel, tenant, id, err)
+		t.Fatalf("read %s: %v", key, err)
 	}
 	defer res.Body.Close()
 	b, err := io.ReadAll(res.Body)
