@@ -73,11 +73,11 @@ type Block struct {
 	// (<tenant>/markers/<ULID>-no-compact-mark.json) Sluice wrote beside
 	// its own no-compact mark in a Cortex or Mimir bucket.
 	GlobalNoCompactVersionID string `dynamodbav:"gncVid,omitempty"`
-	Published              bool   `dynamodbav:"published"`
-	NoCompact              bool   `dynamodbav:"noCompact,omitempty"`
-	Series                 uint64 `dynamodbav:"series"`
-	Samples                uint64 `dynamodbav:"samples"`
-	IndexBytes             uint64 `dynamodbav:"indexBytes"`
+	Published                bool   `dynamodbav:"published"`
+	NoCompact                bool   `dynamodbav:"noCompact,omitempty"`
+	Series                   uint64 `dynamodbav:"series"`
+	Samples                  uint64 `dynamodbav:"samples"`
+	IndexBytes               uint64 `dynamodbav:"indexBytes"`
 	// PartitionCount/PartitionID come from the block's own partition_info
 	// (0 when unpartitioned); compaction skips sources that hold no series
 	// of its partition.
