@@ -481,7 +481,6 @@ func (r *run) configure(c *config.Config) {
 	// The archive tenant's retention (an override) is applied every 5
 	// seconds here, hourly in AWS.
 	c.RetentionInterval = 5 * time.Second
-	c.OverridesTTL = time.Second
 }
 
 // demoStart is midnight UTC two days ago: every range has closed.
@@ -652,14 +651,14 @@ func (r *run) compact(ctx context.Context) error {
 			case <-stop:
 				return
 			case <-tk.C:
-				if st, err := r.state(ctx, store); err == nil {
+				if st, err := r.state(ctx, store, false); err == nil {
 					prog.update(st)
 				}
 			}
 		}
 	}()
 	err = p.Settle(ctx, settleQuiet, r.opts.Timeout, func(ctx context.Context) (bool, error) {
-		st, err := r.state(ctx, store)
+		st, err := r.state(ctx, store, true)
 		if err != nil {
 			return false, err
 		}
@@ -687,7 +686,7 @@ func (r *run) compact(ctx context.Context) error {
 		since(start), jobs.Messages, stats[string(spec.Planner)].Invocations, stats[string(spec.Cleaner)].Invocations,
 		stats[string(spec.Uploader)].Invocations, stats["sweep"].Invocations, r.opts.LogFile)
 	if r.cfg.BucketIndex != "" {
-		if st, err := r.state(ctx, store); err == nil {
+		if st, err := r.state(ctx, store, true); err == nil {
 			var parts []string
 			for _, t := range r.opts.Tenants {
 				parts = append(parts, fmt.Sprintf("%s/%s lists %d", t.Name, bucketindex.File, st.indexed[t.Name]))
@@ -717,7 +716,11 @@ func (s state) settled() bool {
 	return s.transitional == 0 && s.groups == s.finished && s.groups > 0 && s.staleIndexes == 0 && s.unexpired == 0
 }
 
-func (r *run) state(ctx context.Context, st *records.Store) (state, error) {
+// state reads the deployment's progress; withIndex also reads every
+// tenant's bucket index (what settling waits for, not the progress bar's
+// once-a-second poll: the emulator serves both deployments, one request
+// at a time).
+func (r *run) state(ctx context.Context, st *records.Store, withIndex bool) (state, error) {
 	s := state{indexed: map[string]int{}}
 	if rr := r.sum.Retention; rr != nil {
 		blocks, err := st.TenantBlocks(ctx, rr.Tenant)
@@ -736,7 +739,7 @@ func (r *run) state(ctx context.Context, st *records.Store) (state, error) {
 		if err != nil {
 			return s, err
 		}
-		if r.cfg.BucketIndex != "" {
+		if withIndex && r.cfg.BucketIndex != "" {
 			n, current, err := r.indexCurrent(ctx, t.Name, blocks)
 			if err != nil {
 				return s, err
