@@ -319,7 +319,14 @@ func (st *Store) MarkPublished(ctx context.Context, tenant, id string, gen int64
 // ref → RETIRING) and puts it on the agenda for deletion at retireAt. It
 // returns the gen the MARK and DELETE ops carry.
 func (st *Store) Retire(ctx context.Context, ref string, b Block, retireAt, now time.Time) (int64, error) {
-	g, it, err := blockWrite(protocol.Retire, b, expect{by: ref}, now, "retireAt = :at, updatedAt = :now", "",
+	return st.toRetiring(ctx, "retire "+b.Key()+" for "+ref, protocol.Retire, b, expect{by: ref}, retireAt, now)
+}
+
+// toRetiring is transition name of block b into RETIRING, with its DEL
+// agenda entry at retireAt in the same transaction; it returns the gen
+// the MARK and DELETE ops carry.
+func (st *Store) toRetiring(ctx context.Context, op string, name protocol.Name, b Block, e expect, retireAt, now time.Time) (int64, error) {
+	g, it, err := blockWrite(name, b, e, now, "retireAt = :at, updatedAt = :now", "",
 		map[string]types.AttributeValue{":at": n(retireAt.UnixMilli()), ":now": n(now.UnixMilli())})
 	if err != nil {
 		return 0, err
@@ -327,7 +334,7 @@ func (st *Store) Retire(ctx context.Context, ref string, b Block, retireAt, now 
 	var x tx
 	x.add(g, it)
 	x.plain(types.TransactWriteItem{Put: &types.Put{Item: agendaItem(AgendaDelete, retireAt, b.Tenant, b.ID)}})
-	return b.Gen + 1, st.commit(ctx, "retire "+b.Key()+" for "+ref, x)
+	return b.Gen + 1, st.commit(ctx, op, x)
 }
 
 // RecordMark records the deletion-mark.json version the uploader wrote for
@@ -370,15 +377,7 @@ func (st *Store) NoteForeignMark(ctx context.Context, b Block, from protocol.Blo
 // (another tool's) is recorded: LIVE → RETIRING at gen, on the agenda for
 // deletion at retireAt. It returns the block's new gen.
 func (st *Store) HonourDeletionMark(ctx context.Context, b Block, retireAt, now time.Time) (int64, error) {
-	g, it, err := blockWrite(protocol.HonourDeletion, b, expect{}, now, "retireAt = :at, updatedAt = :now", "",
-		map[string]types.AttributeValue{":at": n(retireAt.UnixMilli()), ":now": n(now.UnixMilli())})
-	if err != nil {
-		return 0, err
-	}
-	var x tx
-	x.add(g, it)
-	x.plain(types.TransactWriteItem{Put: &types.Put{Item: agendaItem(AgendaDelete, retireAt, b.Tenant, b.ID)}})
-	return b.Gen + 1, st.commit(ctx, "honour the deletion mark of "+b.Key(), x)
+	return st.toRetiring(ctx, "honour the deletion mark of "+b.Key(), protocol.HonourDeletion, b, expect{}, retireAt, now)
 }
 
 // Expire retires a LIVE, published, unclaimed block that is past its
@@ -387,15 +386,7 @@ func (st *Store) HonourDeletionMark(ctx context.Context, b Block, retireAt, now 
 // never expired: retention waits for what that version makes of it. It
 // returns the gen the MARK and DELETE ops carry.
 func (st *Store) Expire(ctx context.Context, b Block, retireAt, now time.Time) (int64, error) {
-	g, it, err := blockWrite(protocol.Expire, b, expect{}, now, "retireAt = :at, updatedAt = :now", "",
-		map[string]types.AttributeValue{":at": n(retireAt.UnixMilli()), ":now": n(now.UnixMilli())})
-	if err != nil {
-		return 0, err
-	}
-	var x tx
-	x.add(g, it)
-	x.plain(types.TransactWriteItem{Put: &types.Put{Item: agendaItem(AgendaDelete, retireAt, b.Tenant, b.ID)}})
-	return b.Gen + 1, st.commit(ctx, "expire "+b.Key(), x)
+	return st.toRetiring(ctx, "expire "+b.Key(), protocol.Expire, b, expect{}, retireAt, now)
 }
 
 // RetentionView reads what retention needs of every block of a tenant —
