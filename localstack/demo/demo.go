@@ -609,11 +609,8 @@ func (r *run) duplicateNotifications(ctx context.Context) ([]string, error) {
 // The sweep runs every sweepInterval: deletions come at most that long
 // after the deletion delay. Settle restarts the runner, and so its timers,
 // whenever the queues go quiet for settleQuiet while work is still due
-// (blocks waiting out the deletion delay); settleQuiet is longer than
-// sweepInterval so that every restart runs a sweep — otherwise quiet
-// queues would end each run before its first sweep and due deletions would
-// never happen. The runner counts a running sweep as work in flight, so a
-// sweep shorter than the interval leaves it room to see the quiet.
+// (blocks waiting out the deletion delay), and runs every timer once
+// before each restart, so due work is found however the two compare.
 const (
 	sweepInterval = 2 * time.Second
 	settleQuiet   = 3 * time.Second

@@ -249,9 +249,10 @@ func RunPipeline(ctx context.Context, c *awsenv.Clients, cfg config.Config, o Ru
 		return sum, err
 	}
 	for {
-		if err := p.Sweep(hard); err != nil && ctx.Err() == nil {
-			o.Logger.WarnContext(ctx, "sweep failed", "err", err)
-		}
+		// Every schedule once (the sweep, and the bucket index and retention
+		// passes): RunUntilIdle does not wait for them. The runner logs
+		// their failures.
+		_ = p.Runner.RunTimers(hard)
 		if err := p.Runner.RunUntilIdle(ctx, o.Quiet); err != nil {
 			if ctx.Err() != nil {
 				sum.Stopped = true

@@ -12,11 +12,17 @@ import (
 )
 
 // RunUntilIdle runs like Run and returns nil once the pipeline has settled:
-// no batch or timer run is in flight, no batch has started or ended for
-// quiet, and every source queue is empty (visible, in-flight and delayed
-// messages all zero). Timers keep firing meanwhile; a timer run that sends
-// work only delays the end. It returns ctx's error if ctx ends first, and
-// Run's error if Run fails to start.
+// no batch is in flight, no batch has started or ended for quiet, and every
+// source queue is empty (visible, in-flight and delayed messages all zero).
+// Timers keep firing meanwhile, and the work a timer run sends delays the
+// end, but a timer run does not: one still running when the queues go idle
+// is cancelled, as a scheduled invocation may be. Were timer runs to hold
+// the end, periodic timers slower than the gaps between them (a sweep on a
+// loaded emulator) would never leave a quiet moment to see, and the run
+// would never end (ci45: both demo deployments had finished everything and
+// still did not settle in 10 minutes). A caller that needs each timer's work
+// done calls RunTimers first, as Settle does. It returns ctx's error if ctx
+// ends first, and Run's error if Run fails to start.
 //
 // A message waiting out its visibility timeout after a failure counts as in
 // flight, so RunUntilIdle waits for its redelivery (or its move to the DLQ).

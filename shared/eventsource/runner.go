@@ -113,7 +113,7 @@ type Runner struct {
 	running  bool // Run has been called and has not returned
 	polling  bool // Run's pollers and timers are running
 	stats    map[string]*SourceStats
-	inflight int       // batches and timer runs in progress
+	inflight int       // batches in progress (timer runs are not counted: see RunUntilIdle)
 	lastWork time.Time // last start or end of a batch
 }
 
@@ -270,22 +270,37 @@ func (r *Runner) tick(ctx context.Context, t timer) {
 			return
 		case <-tk.C:
 		}
-		r.mu.Lock()
-		r.inflight++
-		r.mu.Unlock()
-		err := protect(func() error { return t.fn(ctx) })
-		r.mu.Lock()
-		r.inflight--
-		st := r.stats[t.name]
-		st.Invocations++
-		if err != nil && ctx.Err() == nil {
-			st.Errors++
-		}
-		r.mu.Unlock()
-		if err != nil && ctx.Err() == nil {
-			r.log.ErrorContext(ctx, "timer failed", "timer", t.name, "err", err)
+		r.runTimer(ctx, t)
+	}
+}
+
+// RunTimers runs every timer once, now, one after another, as each
+// schedule firing would; it returns the first error and runs the rest.
+// Runs are counted in Stats as the ticking ones are.
+func (r *Runner) RunTimers(ctx context.Context) error {
+	var first error
+	for _, t := range r.timers {
+		if err := r.runTimer(ctx, t); err != nil && first == nil {
+			first = fmt.Errorf("timer %s: %w", t.name, err)
 		}
 	}
+	return first
+}
+
+// runTimer runs t once, counting it and logging its failure.
+func (r *Runner) runTimer(ctx context.Context, t timer) error {
+	err := protect(func() error { return t.fn(ctx) })
+	r.mu.Lock()
+	st := r.stats[t.name]
+	st.Invocations++
+	if err != nil && ctx.Err() == nil {
+		st.Errors++
+	}
+	r.mu.Unlock()
+	if err != nil && ctx.Err() == nil {
+		r.log.ErrorContext(ctx, "timer failed", "timer", t.name, "err", err)
+	}
+	return err
 }
 
 // protect calls fn and turns a panic into an error.

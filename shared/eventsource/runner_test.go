@@ -539,3 +539,61 @@ func TestIdleOutlastsOneEmptyReading(t *testing.T) {
 		t.Errorf("DLQ holds %d messages, want the poison one", n)
 	}
 }
+
+// TestBusyTimerDoesNotHoldTheEnd: a timer whose runs take longer than its
+// interval is running at almost every moment, as a sweep is on a loaded
+// emulator. RunUntilIdle must still end once the queues are quiet (when
+// timer runs held it, ci45's demo finished every job and never settled),
+// and RunTimers runs each timer once, to the end, whatever its interval.
+func TestBusyTimerDoesNotHoldTheEnd(t *testing.T) {
+	t.Parallel()
+	env := envtest.New(t)
+	url := env.Deployment.QueueURLs[spec.CleanerEvents]
+	var mu sync.Mutex
+	started, finished, hourly := 0, 0, 0
+	r := eventsource.New(env.Clients.SQS, env.Logger, eventsource.Source{
+		Name: "cleaner", QueueURL: url, FIFO: true, Handler: func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+			return events.SQSEventResponse{}, nil
+		},
+	})
+	r.Every("busy", 10*time.Millisecond, func(ctx context.Context) error {
+		mu.Lock()
+		started++
+		mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		mu.Lock()
+		finished++
+		mu.Unlock()
+		return nil
+	})
+	r.Every("hourly", time.Hour, func(ctx context.Context) error {
+		mu.Lock()
+		hourly++
+		mu.Unlock()
+		return nil
+	})
+	runUntilIdle(t, r, runLimit)
+	mu.Lock()
+	if started < 2 {
+		t.Errorf("the busy timer started %d times while the runner ran, want at least 2", started)
+	}
+	mu.Unlock()
+	if err := r.RunTimers(t.Context()); err != nil {
+		t.Fatalf("RunTimers: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if hourly != 1 {
+		t.Errorf("RunTimers ran the hourly timer %d times, want 1", hourly)
+	}
+	if st := r.Stats()["hourly"]; st.Invocations != 1 || st.Errors != 0 {
+		t.Errorf("hourly timer stats %+v, want one invocation and no error", st)
+	}
+	if finished < 1 {
+		t.Errorf("RunTimers returned before the busy timer's run finished (%d finished)", finished)
+	}
+}

@@ -136,11 +136,6 @@ func New(clients *awsenv.Clients, cfg config.Config, res spec.Resources, opts Op
 	return &Pipeline{Deps: deps, Runner: r, Refused: refused, opts: opts}, nil
 }
 
-// Sweep runs the cleaner's sweep once, now.
-func (p *Pipeline) Sweep(ctx context.Context) error {
-	return pipeline.Cleaner{Deps: p.Deps}.Sweep(ctx)
-}
-
 // Settle runs the pipeline until done reports true, checking whenever the
 // queues have been quiet for quiet; it fails after timeout. Sweeps keep
 // running meanwhile, so due deletions and closing ranges happen.
@@ -148,13 +143,13 @@ func (p *Pipeline) Settle(ctx context.Context, quiet, timeout time.Duration, don
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
-		// The runner's timers restart with each RunUntilIdle; sweep once
-		// here so due work (deletions, closed ranges) is found even when
-		// quiet is shorter than the sweep interval — then let what it sent
-		// drain before looking.
-		if err := p.Sweep(ctx); err != nil {
-			p.opts.Logger.WarnContext(ctx, "sweep failed while settling", "err", err)
-		}
+		// The runner's timers restart with each RunUntilIdle, which does
+		// not wait for them; run each once here (the sweep, and the bucket
+		// index and retention passes) so that due work — deletions, closed
+		// ranges, stale indexes, expired blocks — is found even when quiet
+		// is shorter than their intervals, then let what they sent drain
+		// before looking. Their failures are logged by the runner.
+		_ = p.Runner.RunTimers(ctx)
 		if err := p.Runner.RunUntilIdle(ctx, quiet); err != nil {
 			return fmt.Errorf("localpipeline: pipeline did not settle: %w", err)
 		}
