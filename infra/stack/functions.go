@@ -152,66 +152,23 @@ func s3Sid(g spec.S3Grant, i int) string {
 	return fmt.Sprintf("S3Objects%d", i)
 }
 
-// addSweepSchedule invokes the cleaner every props.SweepInterval with
-// spec.SweepEvent as its payload.
-func (s *Sluice) addSweepSchedule(props Props) {
-	minutes := props.SweepInterval.Minutes()
+// addSchedule invokes the cleaner every sc.Interval with sc.Event as its
+// payload: the sweep, retention, the bucket index and the metrics pass
+// each run on a schedule of their own, not only when something compacts.
+// A missed invocation is made up by the next one.
+func (s *Sluice) addSchedule(sc spec.Schedule) {
 	var payload map[string]any
-	if err := json.Unmarshal([]byte(spec.SweepEvent), &payload); err != nil {
-		panic(fmt.Sprintf("spec.SweepEvent %s: %v", spec.SweepEvent, err))
+	if err := json.Unmarshal([]byte(sc.Event), &payload); err != nil {
+		panic(fmt.Sprintf("schedule %s: event %s: %v", sc.Name, sc.Event, err))
 	}
-	target := awseventstargets.NewLambdaFunction(s.Functions[spec.Cleaner], &awseventstargets.LambdaFunctionProps{
-		Event: awsevents.RuleTargetInput_FromObject(payload),
-		// A missed sweep is made up by the next one.
-		RetryAttempts: jsii.Number(2),
-		MaxEventAge:   awscdk.Duration_Minutes(jsii.Number(minutes)),
-	})
-	awsevents.NewRule(s.Stack, jsii.String("CleanerSweep"), &awsevents.RuleProps{
-		Description: jsii.String("Sluice cleaner sweep: " + spec.SweepEvent),
-		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(minutes))),
-		Targets:     &[]awsevents.IRuleTarget{target},
-	})
-}
-
-// addRetentionSchedule invokes the cleaner every
-// spec.DefaultRetentionInterval with spec.RetentionEvent: retention runs
-// on its own schedule, not only when something compacts. Without
-// SLUICE_RETENTION* the pass returns at once.
-func (s *Sluice) addRetentionSchedule() {
-	var payload map[string]any
-	if err := json.Unmarshal([]byte(spec.RetentionEvent), &payload); err != nil {
-		panic(fmt.Sprintf("spec.RetentionEvent %s: %v", spec.RetentionEvent, err))
-	}
-	minutes := spec.DefaultRetentionInterval.Minutes()
+	minutes := sc.Interval.Minutes()
 	target := awseventstargets.NewLambdaFunction(s.Functions[spec.Cleaner], &awseventstargets.LambdaFunctionProps{
 		Event:         awsevents.RuleTargetInput_FromObject(payload),
 		RetryAttempts: jsii.Number(2),
 		MaxEventAge:   awscdk.Duration_Minutes(jsii.Number(minutes)),
 	})
-	awsevents.NewRule(s.Stack, jsii.String("CleanerRetention"), &awsevents.RuleProps{
-		Description: jsii.String("Sluice retention: " + spec.RetentionEvent),
-		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(minutes))),
-		Targets:     &[]awsevents.IRuleTarget{target},
-	})
-}
-
-// addBucketIndexSchedule invokes the cleaner every
-// spec.DefaultBucketIndexInterval with spec.BucketIndexEvent, so every
-// tenant's bucket index is rewritten before Mimir's queriers find it
-// stale (an hour). Without SLUICE_BUCKET_INDEX the pass returns at once.
-func (s *Sluice) addBucketIndexSchedule() {
-	var payload map[string]any
-	if err := json.Unmarshal([]byte(spec.BucketIndexEvent), &payload); err != nil {
-		panic(fmt.Sprintf("spec.BucketIndexEvent %s: %v", spec.BucketIndexEvent, err))
-	}
-	minutes := spec.DefaultBucketIndexInterval.Minutes()
-	target := awseventstargets.NewLambdaFunction(s.Functions[spec.Cleaner], &awseventstargets.LambdaFunctionProps{
-		Event:         awsevents.RuleTargetInput_FromObject(payload),
-		RetryAttempts: jsii.Number(2),
-		MaxEventAge:   awscdk.Duration_Minutes(jsii.Number(minutes)),
-	})
-	awsevents.NewRule(s.Stack, jsii.String("CleanerBucketIndex"), &awsevents.RuleProps{
-		Description: jsii.String("Sluice bucket index: " + spec.BucketIndexEvent),
+	awsevents.NewRule(s.Stack, jsii.String(sc.Name), &awsevents.RuleProps{
+		Description: jsii.String(sc.Why + ": " + sc.Event),
 		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(minutes))),
 		Targets:     &[]awsevents.IRuleTarget{target},
 	})

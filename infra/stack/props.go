@@ -26,6 +26,8 @@ const (
 	DefaultNoncurrentVersionDays = 30
 	DefaultAbortMultipartDays    = 7
 	DefaultLogRetentionDays      = 30
+	DefaultBehindAlarmAfter      = 2 * time.Hour
+	DefaultChurnAlarmVersion     = 5
 )
 
 // Props configure the stack. The zero value (plus a code location) is a
@@ -64,6 +66,15 @@ type Props struct {
 	// LogRetentionDays keeps each function's logs this long (default 30;
 	// one of CloudWatch Logs' allowed values).
 	LogRetentionDays int
+	// BehindAlarmAfter raises the falling-behind alarm when a tenant's
+	// oldest level-0 block has been due for compaction this long
+	// (sluice_oldest_uncompacted_block_age_seconds; default 2h, whole
+	// minutes).
+	BehindAlarmAfter time.Duration
+	// ChurnAlarmVersion raises the churn alarm when an unfinished group
+	// reaches this version: every version past the first is a re-plan
+	// after a lost condition (default 5).
+	ChurnAlarmVersion int
 	// CodeDir holds <fn>/bootstrap for each function (default ../dist,
 	// relative to infra/, where `make build` writes). Ignored if Code is set.
 	CodeDir string
@@ -92,6 +103,12 @@ func (p Props) withDefaults() Props {
 	}
 	if p.LogRetentionDays == 0 {
 		p.LogRetentionDays = DefaultLogRetentionDays
+	}
+	if p.BehindAlarmAfter == 0 {
+		p.BehindAlarmAfter = DefaultBehindAlarmAfter
+	}
+	if p.ChurnAlarmVersion == 0 {
+		p.ChurnAlarmVersion = DefaultChurnAlarmVersion
 	}
 	if p.CodeDir == "" {
 		p.CodeDir = DefaultCodeDir
@@ -134,6 +151,9 @@ func (p Props) validate() error {
 	if p.SweepInterval < time.Minute || p.SweepInterval%time.Minute != 0 {
 		return fmt.Errorf("sweep interval %v: must be whole minutes, ≥ 1m", p.SweepInterval)
 	}
+	if p.BehindAlarmAfter < time.Minute || p.BehindAlarmAfter%time.Minute != 0 || p.ChurnAlarmVersion < 2 {
+		return fmt.Errorf("behind alarm %v, churn alarm version %d: want whole minutes ≥ 1m and a version ≥ 2", p.BehindAlarmAfter, p.ChurnAlarmVersion)
+	}
 	if _, ok := retentions[p.LogRetentionDays]; !ok {
 		return fmt.Errorf("logRetentionDays %d: not a CloudWatch Logs retention", p.LogRetentionDays)
 	}
@@ -170,6 +190,8 @@ const (
 	CtxAbortDays      = "abortMultipartDays"
 	CtxSweepMinutes   = "sweepMinutes"
 	CtxLogDays        = "logRetentionDays"
+	CtxBehindMinutes  = "behindAlarmMinutes"
+	CtxChurnVersion   = "churnAlarmVersion"
 	CtxCodeDir        = "codeDir"
 )
 
@@ -193,6 +215,7 @@ func PropsFromContext(get func(key string) string) (Props, error) {
 		{CtxNoncurrentDays, &p.NoncurrentVersionDays},
 		{CtxAbortDays, &p.AbortMultipartDays},
 		{CtxLogDays, &p.LogRetentionDays},
+		{CtxChurnVersion, &p.ChurnAlarmVersion},
 	}
 	for _, i := range ints {
 		if v := get(i.key); v != "" {
@@ -220,12 +243,21 @@ func PropsFromContext(get func(key string) string) (Props, error) {
 			}
 		}
 	}
-	if v := get(CtxSweepMinutes); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return Props{}, fmt.Errorf("context %s=%q: want a positive whole number", CtxSweepMinutes, v)
+	minutes := []struct {
+		key string
+		dst *time.Duration
+	}{
+		{CtxSweepMinutes, &p.SweepInterval},
+		{CtxBehindMinutes, &p.BehindAlarmAfter},
+	}
+	for _, m := range minutes {
+		if v := get(m.key); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return Props{}, fmt.Errorf("context %s=%q: want a positive whole number", m.key, v)
+			}
+			*m.dst = time.Duration(n) * time.Minute
 		}
-		p.SweepInterval = time.Duration(n) * time.Minute
 	}
 	if err := p.withDefaults().validate(); err != nil {
 		return Props{}, err

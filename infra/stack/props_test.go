@@ -35,6 +35,14 @@ func TestPropsFromContext(t *testing.T) {
 			return p.Env["SLUICE_DELETION_DELAY"] == "24h" && p.Env["SLUICE_RANGES"] == "12h,24h" &&
 				p.Env["SLUICE_CLOSE_DELAY"] == "2h" && len(p.Env) == 3
 		}},
+		{name: "alarm thresholds", ctx: map[string]string{"behindAlarmMinutes": "240", "churnAlarmVersion": "8"}, want: func(p Props) bool {
+			return p.BehindAlarmAfter == 4*time.Hour && p.ChurnAlarmVersion == 8
+		}},
+		{name: "alarm thresholds default", ctx: nil, want: func(p Props) bool {
+			p = p.withDefaults()
+			return p.BehindAlarmAfter == 2*time.Hour && p.ChurnAlarmVersion == 5
+		}},
+		{name: "a churn alarm at version 1 would always fire", ctx: map[string]string{"churnAlarmVersion": "1"}, wantErr: "churn alarm version 1"},
 		{name: "single tenant needs a tenant", ctx: map[string]string{"layout": "single-tenant"}, wantErr: "needs a tenant"},
 		{name: "unknown layout", ctx: map[string]string{"layout": "flat"}, wantErr: "layout"},
 		{name: "wildcard prefix", ctx: map[string]string{"prefix": "a*"}, wantErr: "prefix"},

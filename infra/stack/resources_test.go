@@ -308,50 +308,38 @@ func TestEachQueueFeedsItsConsumerWithPartialBatchFailures(t *testing.T) {
 	})
 }
 
-func TestRetentionRunsOnItsOwnSchedule(t *testing.T) {
+// TestCleanerSchedules: each of the cleaner's passes runs on a schedule
+// of its own — the sweep every props.SweepInterval, retention hourly, the
+// bucket index every quarter hour (Mimir's queriers refuse an index over
+// an hour old), the metrics pass every 5 minutes (the alarms' period) —
+// and EventBridge may invoke the cleaner.
+func TestCleanerSchedules(t *testing.T) {
 	each(t, func(t *testing.T, d *deployment) {
 		cleaner := d.functionID(t, d.props.Resources.Function(spec.Cleaner))
-		check(t, "rule", func() {
-			d.tmpl.HasResourceProperties(jsii.String("AWS::Events::Rule"), obj{
-				"ScheduleExpression": "rate(1 hour)",
-				"State":              "ENABLED",
-				"Targets": arr{obj{
-					"Arn":   getAtt(cleaner, "Arn"),
-					"Input": spec.RetentionEvent,
-				}},
-			})
+		cases := []struct {
+			event, rate string
+		}{
+			{spec.SweepEvent, "rate(5 minutes)"},
+			{spec.RetentionEvent, "rate(1 hour)"},
+			{spec.BucketIndexEvent, "rate(15 minutes)"},
+			{spec.MetricsEvent, "rate(5 minutes)"},
+		}
+		check(t, "one rule per schedule", func() {
+			d.tmpl.ResourceCountIs(jsii.String("AWS::Events::Rule"), jsii.Number(float64(len(cases))))
 		})
-	})
-}
-
-func TestBucketIndexIsRewrittenEveryQuarterHour(t *testing.T) {
-	each(t, func(t *testing.T, d *deployment) {
-		cleaner := d.functionID(t, d.props.Resources.Function(spec.Cleaner))
-		check(t, "rule", func() {
-			d.tmpl.HasResourceProperties(jsii.String("AWS::Events::Rule"), obj{
-				"ScheduleExpression": "rate(15 minutes)",
-				"State":              "ENABLED",
-				"Targets": arr{obj{
-					"Arn":   getAtt(cleaner, "Arn"),
-					"Input": spec.BucketIndexEvent,
-				}},
+		for _, c := range cases {
+			check(t, c.event, func() {
+				d.tmpl.HasResourceProperties(jsii.String("AWS::Events::Rule"), obj{
+					"ScheduleExpression": c.rate,
+					"State":              "ENABLED",
+					"Targets": arr{obj{
+						"Arn":   getAtt(cleaner, "Arn"),
+						"Input": c.event,
+					}},
+				})
 			})
-		})
-	})
-}
-
-func TestScheduleSweepsTheCleaner(t *testing.T) {
-	each(t, func(t *testing.T, d *deployment) {
-		cleaner := d.functionID(t, d.props.Resources.Function(spec.Cleaner))
-		check(t, "rule", func() {
-			d.tmpl.HasResourceProperties(jsii.String("AWS::Events::Rule"), obj{
-				"ScheduleExpression": "rate(5 minutes)",
-				"State":              "ENABLED",
-				"Targets": arr{obj{
-					"Arn":   getAtt(cleaner, "Arn"),
-					"Input": spec.SweepEvent,
-				}},
-			})
+		}
+		check(t, "permission", func() {
 			d.tmpl.HasResourceProperties(jsii.String("AWS::Lambda::Permission"), obj{
 				"Action":       "lambda:InvokeFunction",
 				"FunctionName": getAtt(cleaner, "Arn"),
@@ -369,7 +357,9 @@ func TestAlarmsOnEveryDLQAndOnTheAgeOfEveryQueue(t *testing.T) {
 			t.Fatalf("alarm topics: %v", topic)
 		}
 		check(t, "alarm count", func() {
-			d.tmpl.ResourceCountIs(jsii.String("AWS::CloudWatch::Alarm"), jsii.Number(float64(2*len(r.Queues))))
+			// Two per queue, and four on Sluice's own metrics
+			// (TestAlarmsOnSluicesMetrics).
+			d.tmpl.ResourceCountIs(jsii.String("AWS::CloudWatch::Alarm"), jsii.Number(float64(2*len(r.Queues)+4)))
 		})
 		for _, q := range r.Queues {
 			check(t, string(q.ID)+" DLQ not empty", func() {
@@ -421,6 +411,58 @@ func TestOutputsNameEverythingAndTheCLISettings(t *testing.T) {
 		}
 		if want := d.wantEnv(t); !mapsEqual(got, want) {
 			t.Errorf("%s:\n got %v\nwant %v", OutputEnv, got, want)
+		}
+	})
+}
+
+// TestAlarmsOnSluicesMetrics: what needs a human raises an alarm from the
+// functions' EMF metrics, over the whole deployment (the Deployment
+// dimension alone, the table's name as the functions know it): falling
+// behind past 2h for two periods, anything quarantined, a group re-planned
+// to version 5. And one dashboard graphs them with the DLQs.
+func TestAlarmsOnSluicesMetrics(t *testing.T) {
+	each(t, func(t *testing.T, d *deployment) {
+		topic := d.cfn.ofType("AWS::SNS::Topic")
+		table := ref(d.tableID(t))
+		cases := []struct {
+			metric    string
+			threshold float64
+			op        string
+			periods   int
+		}{
+			{"sluice_oldest_uncompacted_block_age_seconds", 7200, "GreaterThanThreshold", 2},
+			{"sluice_quarantined_blocks", 0, "GreaterThanThreshold", 1},
+			{"sluice_quarantined_groups", 0, "GreaterThanThreshold", 1},
+			{"sluice_unfinished_group_max_version", 5, "GreaterThanOrEqualToThreshold", 1},
+		}
+		for _, c := range cases {
+			check(t, c.metric, func() {
+				d.tmpl.HasResourceProperties(jsii.String("AWS::CloudWatch::Alarm"), obj{
+					"Namespace":          "Sluice",
+					"MetricName":         c.metric,
+					"Dimensions":         arr{obj{"Name": "Deployment", "Value": table}},
+					"Statistic":          "Maximum",
+					"Period":             300,
+					"Threshold":          c.threshold,
+					"ComparisonOperator": c.op,
+					"EvaluationPeriods":  c.periods,
+					"TreatMissingData":   "notBreaching",
+					"AlarmActions":       arr{ref(topic[0])},
+				})
+			})
+		}
+		dash := d.cfn.ofType("AWS::CloudWatch::Dashboard")
+		if len(dash) != 1 {
+			t.Fatalf("dashboards: %v, want one", dash)
+		}
+		body := render(d.cfn.Resources[dash[0]].Properties["DashboardBody"])
+		for _, want := range []string{"sluice_compact_group_compactions_total", "sluice_compact_group_compactions_failures_total",
+			"sluice_oldest_uncompacted_block_age_seconds", "sluice_condition_losses_total", "sluice_quarantined_blocks",
+			"sluice_remaining_planned_compactions", "sluice_compact_read_bytes_total", "ApproximateNumberOfMessagesVisible",
+			`"Deployment","${` + d.tableID(t) + `}"`} {
+			if !strings.Contains(body, want) {
+				t.Errorf("dashboard body lacks %s:\n%s", want, body)
+			}
 		}
 	})
 }

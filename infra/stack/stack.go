@@ -49,10 +49,12 @@ func New(scope constructs.Construct, id string, props Props, stackProps *awscdk.
 	for _, f := range r.Functions {
 		s.addFunction(props, f)
 	}
-	s.addSweepSchedule(props)
-	s.addRetentionSchedule()
-	s.addBucketIndexSchedule()
+	for _, sc := range spec.Schedules(props.SweepInterval) {
+		s.addSchedule(sc)
+	}
 	s.addAlarms(r)
+	s.addMetricAlarms(r, props)
+	s.addDashboard(r)
 	s.addOutputs(props)
 	return s, nil
 }

@@ -609,8 +609,8 @@ func (r *run) duplicateNotifications(ctx context.Context) ([]string, error) {
 // The sweep runs every sweepInterval: deletions come at most that long
 // after the deletion delay. Settle restarts the runner, and so its timers,
 // whenever the queues go quiet for settleQuiet while work is still due
-// (blocks waiting out the deletion delay), and runs every timer once
-// before each restart, so due work is found however the two compare.
+// (blocks waiting out the deletion delay), and runs every timer that is
+// due before each restart, so due work is found however the two compare.
 const (
 	sweepInterval = 2 * time.Second
 	settleQuiet   = 3 * time.Second

@@ -249,10 +249,10 @@ func RunPipeline(ctx context.Context, c *awsenv.Clients, cfg config.Config, o Ru
 		return sum, err
 	}
 	for {
-		// Every schedule once (the sweep, and the bucket index and retention
-		// passes): RunUntilIdle does not wait for them. The runner logs
-		// their failures.
-		_ = p.Runner.RunTimers(hard)
+		// Every schedule that is due (the sweep, the bucket index,
+		// retention and metrics passes): RunUntilIdle does not wait for
+		// them. The runner logs their failures.
+		_ = p.Runner.RunDue(hard)
 		if err := p.Runner.RunUntilIdle(ctx, o.Quiet); err != nil {
 			if ctx.Err() != nil {
 				sum.Stopped = true

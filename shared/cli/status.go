@@ -635,7 +635,7 @@ func retentionStatus(ctx context.Context, st *records.Store, cfg config.Config, 
 	for _, s := range streams {
 		res[s.ID] = s.Resolution
 	}
-	blocks, err := st.RetentionView(ctx, tenant)
+	blocks, err := st.BlocksView(ctx, tenant)
 	if err != nil {
 		return nil
 	}

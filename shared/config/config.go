@@ -113,6 +113,10 @@ type Config struct {
 	// RetentionInterval is how often retention runs, on its own schedule
 	// (SLUICE_RETENTION_INTERVAL, default 1h).
 	RetentionInterval time.Duration
+	// MetricsInterval is how often the cleaner's metrics pass emits every
+	// tenant's gauges (SLUICE_METRICS_INTERVAL, default 5m; the stack's
+	// schedule is spec.DefaultMetricsInterval).
+	MetricsInterval time.Duration
 	// DeadlineMargin is how long before its function's deadline a job
 	// stops, records its attempt as failed and commits nothing
 	// (SLUICE_DEADLINE_MARGIN, default 1m: enough to record the failure
@@ -315,6 +319,7 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	c.Retention = Retention{Raw: keep(EnvRetention), FiveMinutes: keep(EnvRetention + "_5M"), OneHour: keep(EnvRetention + "_1H")}
 	c.RetentionInterval = dur("SLUICE_RETENTION_INTERVAL", time.Hour)
+	c.MetricsInterval = dur("SLUICE_METRICS_INTERVAL", 5*time.Minute)
 	c.OverridesTTL = dur("SLUICE_OVERRIDES_TTL", time.Minute)
 	switch v := getenv(EnvBucketIndex); v {
 	case "", "off":

@@ -21,7 +21,7 @@ import (
 // loaded emulator) would never leave a quiet moment to see, and the run
 // would never end (ci45: both demo deployments had finished everything and
 // still did not settle in 10 minutes). A caller that needs each timer's work
-// done calls RunTimers first, as Settle does. It returns ctx's error if ctx
+// done calls RunDue first, as Settle does. It returns ctx's error if ctx
 // ends first, and Run's error if Run fails to start.
 //
 // A message waiting out its visibility timeout after a failure counts as in

@@ -113,8 +113,9 @@ type Runner struct {
 	running  bool // Run has been called and has not returned
 	polling  bool // Run's pollers and timers are running
 	stats    map[string]*SourceStats
-	inflight int       // batches in progress (timer runs are not counted: see RunUntilIdle)
-	lastWork time.Time // last start or end of a batch
+	inflight int                  // batches in progress (timer runs are not counted: see RunUntilIdle)
+	lastWork time.Time            // last start or end of a batch
+	lastRun  map[string]time.Time // timer name → the start of its last run that was not cut short
 }
 
 type timer struct {
@@ -128,7 +129,7 @@ func New(c *sqs.Client, logger *slog.Logger, sources ...Source) *Runner {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	r := &Runner{sqs: c, region: c.Options().Region, log: logger, stats: map[string]*SourceStats{}}
+	r := &Runner{sqs: c, region: c.Options().Region, log: logger, stats: map[string]*SourceStats{}, lastRun: map[string]time.Time{}}
 	for _, s := range sources {
 		if s.BatchSize == 0 {
 			s.BatchSize = DefaultBatchSize
@@ -274,12 +275,19 @@ func (r *Runner) tick(ctx context.Context, t timer) {
 	}
 }
 
-// RunTimers runs every timer once, now, one after another, as each
-// schedule firing would; it returns the first error and runs the rest.
-// Runs are counted in Stats as the ticking ones are.
-func (r *Runner) RunTimers(ctx context.Context) error {
+// RunDue runs, now and one after another, every timer that has not run
+// for its interval (or never has), as its schedule would have by now; it
+// returns the first error and runs the rest. Runs are counted in Stats
+// as the ticking ones are.
+func (r *Runner) RunDue(ctx context.Context) error {
 	var first error
 	for _, t := range r.timers {
+		r.mu.Lock()
+		last, ran := r.lastRun[t.name]
+		r.mu.Unlock()
+		if ran && time.Since(last) < t.interval {
+			continue
+		}
 		if err := r.runTimer(ctx, t); err != nil && first == nil {
 			first = fmt.Errorf("timer %s: %w", t.name, err)
 		}
@@ -289,8 +297,14 @@ func (r *Runner) RunTimers(ctx context.Context) error {
 
 // runTimer runs t once, counting it and logging its failure.
 func (r *Runner) runTimer(ctx context.Context, t timer) error {
+	start := time.Now()
 	err := protect(func() error { return t.fn(ctx) })
 	r.mu.Lock()
+	// A run cut short by the runner's end does not count: RunDue runs it
+	// again.
+	if ctx.Err() == nil {
+		r.lastRun[t.name] = start
+	}
 	st := r.stats[t.name]
 	st.Invocations++
 	if err != nil && ctx.Err() == nil {

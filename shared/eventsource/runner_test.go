@@ -544,7 +544,8 @@ func TestIdleOutlastsOneEmptyReading(t *testing.T) {
 // interval is running at almost every moment, as a sweep is on a loaded
 // emulator. RunUntilIdle must still end once the queues are quiet (when
 // timer runs held it, ci45's demo finished every job and never settled),
-// and RunTimers runs each timer once, to the end, whatever its interval.
+// and RunDue runs each timer that is due — one that never ran, one whose
+// interval has passed — once, to the end.
 func TestBusyTimerDoesNotHoldTheEnd(t *testing.T) {
 	t.Parallel()
 	env := envtest.New(t)
@@ -582,18 +583,26 @@ func TestBusyTimerDoesNotHoldTheEnd(t *testing.T) {
 		t.Errorf("the busy timer started %d times while the runner ran, want at least 2", started)
 	}
 	mu.Unlock()
-	if err := r.RunTimers(t.Context()); err != nil {
-		t.Fatalf("RunTimers: %v", err)
+	if err := r.RunDue(t.Context()); err != nil {
+		t.Fatalf("RunDue: %v", err)
 	}
 	mu.Lock()
 	defer mu.Unlock()
 	if hourly != 1 {
-		t.Errorf("RunTimers ran the hourly timer %d times, want 1", hourly)
+		t.Errorf("RunDue ran the hourly timer %d times, want 1", hourly)
 	}
 	if st := r.Stats()["hourly"]; st.Invocations != 1 || st.Errors != 0 {
 		t.Errorf("hourly timer stats %+v, want one invocation and no error", st)
 	}
 	if finished < 1 {
-		t.Errorf("RunTimers returned before the busy timer's run finished (%d finished)", finished)
+		t.Errorf("RunDue returned before the busy timer's run finished (%d finished)", finished)
+	}
+	mu.Unlock()
+	if err := r.RunDue(t.Context()); err != nil {
+		t.Fatalf("RunDue: %v", err)
+	}
+	mu.Lock()
+	if hourly != 1 {
+		t.Errorf("a second RunDue ran the hourly timer again (%d runs): it is not due for an hour", hourly)
 	}
 }

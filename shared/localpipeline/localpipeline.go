@@ -133,6 +133,7 @@ func New(clients *awsenv.Clients, cfg config.Config, res spec.Resources, opts Op
 	// Retention has a schedule of its own, as in the stack (a pass with
 	// no retention set, here or in the overrides, reads nothing more).
 	r.Every("retention", cfg.RetentionInterval, cleaner.Retention)
+	r.Every("metrics", cfg.MetricsInterval, cleaner.Metrics)
 	return &Pipeline{Deps: deps, Runner: r, Refused: refused, opts: opts}, nil
 }
 
@@ -144,12 +145,12 @@ func (p *Pipeline) Settle(ctx context.Context, quiet, timeout time.Duration, don
 	defer cancel()
 	for {
 		// The runner's timers restart with each RunUntilIdle, which does
-		// not wait for them; run each once here (the sweep, and the bucket
-		// index and retention passes) so that due work — deletions, closed
-		// ranges, stale indexes, expired blocks — is found even when quiet
-		// is shorter than their intervals, then let what they sent drain
-		// before looking. Their failures are logged by the runner.
-		_ = p.Runner.RunTimers(ctx)
+		// not wait for them; run each that is due here (the sweep, the
+		// bucket index, retention and metrics passes) so that due work —
+		// deletions, closed ranges, stale indexes, expired blocks — is
+		// found even when quiet is shorter than their intervals, then let
+		// what they sent drain before looking. The runner logs failures.
+		_ = p.Runner.RunDue(ctx)
 		if err := p.Runner.RunUntilIdle(ctx, quiet); err != nil {
 			return fmt.Errorf("localpipeline: pipeline did not settle: %w", err)
 		}

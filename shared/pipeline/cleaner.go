@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/sluice-dev/sluice/shared/messages"
+	"github.com/sluice-dev/sluice/shared/metrics"
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
@@ -48,6 +49,8 @@ type cleanerRecords interface {
 
 // Handle processes a batch from the cleaner-events queue.
 func (c Cleaner) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	ctx, emit := c.measured(ctx)
+	defer emit()
 	return eachMessage(ctx, c.Logger, "cleaner", ev, func(ctx context.Context, m events.SQSMessage) error {
 		msg, err := messages.Decode(m.Body)
 		if err != nil {
@@ -68,9 +71,11 @@ func (c Cleaner) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 }
 
 // HandleInvoke is the Lambda entry point: an SQS batch, or a schedule's
-// sweep or retention event (spec.SweepEvent, spec.RetentionEvent)
-// delivered directly.
+// schedule's event (spec.SweepEvent, RetentionEvent, BucketIndexEvent,
+// MetricsEvent) delivered directly.
 func (c Cleaner) HandleInvoke(ctx context.Context, raw json.RawMessage) (any, error) {
+	ctx, emit := c.measured(ctx)
+	defer emit()
 	var probe struct {
 		Records []json.RawMessage `json:"Records"`
 		Sluice  string            `json:"sluice"`
@@ -85,6 +90,8 @@ func (c Cleaner) HandleInvoke(ctx context.Context, raw json.RawMessage) (any, er
 		return nil, c.Retention(ctx)
 	case bucketIndexKind:
 		return nil, c.BucketIndexes(ctx)
+	case metricsKind:
+		return nil, c.Metrics(ctx)
 	}
 	var ev events.SQSEvent
 	if err := json.Unmarshal(raw, &ev); err != nil {
@@ -366,6 +373,7 @@ func (c Cleaner) quarantine(ctx context.Context, head records.Group) error {
 				return err
 			}
 			log.ErrorContext(ctx, "source block quarantined; the group re-plans without it", "block", b.ID, "reason", reason)
+			metrics.From(ctx).Add(metrics.Quarantines, 1, head.Tenant, "block")
 			if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpNoCompact, Tenant: b.Tenant, Block: b.ID, Gen: gen}); err != nil {
 				return err
 			}
@@ -381,6 +389,7 @@ func (c Cleaner) quarantine(ctx context.Context, head records.Group) error {
 		return err
 	}
 	log.ErrorContext(ctx, "group quarantined: its sources stay as they are until 'sluice retry'", "reason", reason)
+	metrics.From(ctx).Add(metrics.Quarantines, 1, head.Tenant, "group")
 	head.State = protocol.GroupQuarantined
 	return c.cleanupQuarantined(ctx, head)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/blockstore"
 	"github.com/sluice-dev/sluice/shared/compaction"
 	"github.com/sluice-dev/sluice/shared/messages"
+	"github.com/sluice-dev/sluice/shared/metrics"
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
@@ -50,6 +51,8 @@ type jobRecords interface {
 
 // Handle processes a batch from the compaction-jobs queue.
 func (c Compact) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	ctx, emit := c.measured(ctx)
+	defer emit()
 	return eachMessage(ctx, c.Logger, "compact", ev, func(ctx context.Context, m events.SQSMessage) error {
 		msg, err := messages.Decode(m.Body)
 		if err != nil {
@@ -120,6 +123,7 @@ func (c Compact) Run(ctx context.Context, job messages.Job) error {
 		return c.fail(ctx, job, g, owner, f, log)
 	}
 	work, stop := c.workContext(ctx)
+	started := time.Now()
 	out, err := c.compact(work, head, job.Partition, srcs, log)
 	f, counted := c.classify(ctx, work, err)
 	stop()
@@ -150,6 +154,13 @@ func (c Compact) Run(ctx context.Context, job messages.Job) error {
 		return c.Send.Cleaner(ctx, messages.CleanerNote{Tenant: job.Tenant, Group: job.Group, Version: job.Version, Why: "lost-commit", Nonce: owner})
 	}
 	log.InfoContext(ctx, "partition committed", "output", job.Output, "empty", out == nil)
+	m := metrics.From(ctx)
+	m.Add(metrics.Compactions, 1, job.Tenant)
+	m.Add(metrics.JobDuration, time.Since(started).Seconds(), job.Tenant)
+	if out != nil {
+		m.Add(metrics.SeriesCompacted, float64(out.Series), job.Tenant)
+		m.Add(metrics.SamplesCompacted, float64(out.Samples), job.Tenant)
+	}
 	return c.Send.Cleaner(ctx, messages.CleanerNote{Tenant: job.Tenant, Group: job.Group, Version: job.Version, Why: "commit", Nonce: fmt.Sprint(job.Partition)})
 }
 
@@ -245,6 +256,7 @@ func (c Compact) classify(ctx, work context.Context, err error) (records.Failure
 // partition or quarantines; the job message is then acknowledged.
 func (c Compact) fail(ctx context.Context, job messages.Job, g planning.GroupKey, owner string, f records.Failure, log *slog.Logger) error {
 	log.ErrorContext(ctx, "job attempt failed", "kind", f.Kind, "blames", f.Block, "err", f.Message)
+	metrics.From(ctx).Add(metrics.CompactionFailures, 1, job.Tenant)
 	if err := c.records().RecordFailure(ctx, job.Tenant, g, job.Version, job.Partition, owner, f, c.now()); err != nil {
 		if records.IsConditionLost(err) {
 			log.InfoContext(ctx, "the failure was not recorded: the version or the lease moved on", "lost", err)
@@ -305,6 +317,9 @@ func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []
 		written += uint64(max(f.Size, 0))
 	}
 	took := time.Since(started)
+	m := metrics.From(ctx)
+	m.Add(metrics.BytesRead, float64(read), head.Tenant)
+	m.Add(metrics.BytesWritten, float64(written), head.Tenant)
 	// bytesPerSecond is the figure SLUICE_JOB_THROUGHPUT sizes jobs by
 	// (planning.Estimate): bytes read and written over the job's wall time.
 	log.InfoContext(ctx, "partition compacted and uploaded", "series", res.NumSeries, "samples", res.NumSamples,

@@ -25,6 +25,7 @@ import (
 
 	"github.com/sluice-dev/sluice/shared/config"
 	"github.com/sluice-dev/sluice/shared/messages"
+	"github.com/sluice-dev/sluice/shared/metrics"
 	"github.com/sluice-dev/sluice/shared/overrides"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/s3errors"
@@ -120,6 +121,18 @@ func (d *Deps) now() time.Time {
 		return d.Now()
 	}
 	return time.Now()
+}
+
+// measured returns ctx carrying a metrics batch for one invocation and
+// the function that emits it (as EMF log lines, shared/metrics) when the
+// invocation ends. Under a context that already carries one (a schedule's
+// pass inside an invocation) it adds to that batch and emits nothing.
+func (d *Deps) measured(ctx context.Context) (context.Context, func()) {
+	if metrics.From(ctx) != nil {
+		return ctx, func() {}
+	}
+	b := metrics.NewBatch(d.Config.Table)
+	return metrics.With(ctx, b), func() { b.Emit(context.WithoutCancel(ctx), d.Logger, d.now()) }
 }
 
 func (d *Deps) step(ctx context.Context, s Step, subject string) error {

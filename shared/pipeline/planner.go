@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/blockmeta"
 	"github.com/sluice-dev/sluice/shared/messages"
+	"github.com/sluice-dev/sluice/shared/metrics"
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
@@ -55,6 +56,8 @@ type plannerRecords interface {
 // Handle processes a batch from the block-events queue: S3 ObjectCreated
 // events and the cleaner's plan requests.
 func (p Planner) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	ctx, emit := p.measured(ctx)
+	defer emit()
 	return eachMessage(ctx, p.Logger, "planner", ev, p.handleMessage), nil
 }
 
@@ -186,7 +189,11 @@ func (p Planner) register(ctx context.Context, k blockkey.Key, body []byte, vid 
 			b.Meta = "" // never read again; the reason tells what was wrong
 		}
 		log.ErrorContext(ctx, "block rejected: it will not be compacted", "key", k.Object(blockkey.MetaFile), "reason", reason)
-		return b, p.records().RegisterBlock(ctx, b, nil, nil)
+		if err := p.records().RegisterBlock(ctx, b, nil, nil); err != nil {
+			return b, err
+		}
+		metrics.From(ctx).Add(metrics.Rejections, 1, b.Tenant)
+		return b, nil
 	}
 	if b.NoCompact {
 		log.InfoContext(ctx, "block carries a no-compact mark; it is never a source")

@@ -19,7 +19,7 @@ const retentionKind = "retention"
 type retentionRecords interface {
 	Tenants(ctx context.Context) ([]string, error)
 	TenantStreams(ctx context.Context, tenant string) ([]records.StreamRecord, error)
-	RetentionView(ctx context.Context, tenant string) ([]records.Block, error)
+	BlocksView(ctx context.Context, tenant string) ([]records.Block, error)
 	Expire(ctx context.Context, b records.Block, retireAt, now time.Time) (int64, error)
 }
 
@@ -69,7 +69,7 @@ func (c Cleaner) retainTenant(ctx context.Context, st retentionRecords, tenant s
 	for _, s := range streams {
 		res[s.ID] = s.Resolution
 	}
-	blocks, err := st.RetentionView(ctx, tenant)
+	blocks, err := st.BlocksView(ctx, tenant)
 	if err != nil {
 		return 0, err
 	}

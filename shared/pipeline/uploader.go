@@ -44,6 +44,8 @@ type opRecords interface {
 
 // Handle processes a batch from the block-ops queue.
 func (u Uploader) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	ctx, emit := u.measured(ctx)
+	defer emit()
 	return eachMessage(ctx, u.Logger, "uploader", ev, func(ctx context.Context, m events.SQSMessage) error {
 		msg, err := messages.Decode(m.Body)
 		if err != nil {

@@ -389,13 +389,14 @@ func (st *Store) Expire(ctx context.Context, b Block, retireAt, now time.Time) (
 	return st.toRetiring(ctx, "expire "+b.Key(), protocol.Expire, b, expect{}, retireAt, now)
 }
 
-// RetentionView reads what retention needs of every block of a tenant —
-// state, gen, range, stream, claim, publication — and nothing else (no
-// meta.json, no file list), so a pass over a big tenant reads little.
-func (st *Store) RetentionView(ctx context.Context, tenant string) ([]Block, error) {
+// BlocksView reads what the cleaner's retention and metrics passes need
+// of every block of a tenant — state, gen, range, level, stream, claim,
+// publication, marks, arrival — and nothing else (no meta.json, no file
+// list), so a pass over a big tenant reads little.
+func (st *Store) BlocksView(ctx context.Context, tenant string) ([]Block, error) {
 	names := map[string]string{}
 	var projection []string
-	for i, a := range []string{"tenant", "id", "state", "gen", "minT", "maxT", "stream", "level", "claimedBy", "published", "noCompact"} {
+	for i, a := range []string{"tenant", "id", "state", "gen", "minT", "maxT", "stream", "level", "claimedBy", "published", "noCompact", "arrived"} {
 		n := fmt.Sprintf("#a%d", i)
 		names[n] = a
 		projection = append(projection, n)

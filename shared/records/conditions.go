@@ -8,6 +8,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/sluice-dev/sluice/shared/metrics"
 	"github.com/sluice-dev/sluice/shared/protocol"
 )
 
@@ -204,7 +205,14 @@ func (x *tx) add(g guarded, it types.TransactWriteItem) {
 // agenda entries, meta.json parts, the stream and tenant records).
 func (x *tx) plain(it ...types.TransactWriteItem) { x.items = append(x.items, it...) }
 
-// commit sends the transaction with its changes in the context.
+// commit sends the transaction with its changes in the context. A lost
+// condition is counted (metrics.ConditionLosses) under the transaction's
+// first transition, the one it is named for: a handful of names, never an
+// item's key.
 func (st *Store) commit(ctx context.Context, op string, x tx) error {
-	return st.transact(protocol.WithChanges(ctx, x.changes), op, x.items)
+	err := st.transact(protocol.WithChanges(ctx, x.changes), op, x.items)
+	if IsConditionLost(err) && len(x.changes) > 0 {
+		metrics.From(ctx).Add(metrics.ConditionLosses, 1, string(x.changes[0].Transition))
+	}
+	return err
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluice-dev/sluice/localstack/envtest"
 	"github.com/sluice-dev/sluice/shared/awslimits"
+	"github.com/sluice-dev/sluice/shared/metrics"
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
@@ -352,5 +353,33 @@ func TestClaimIsFencedOnTheVersion(t *testing.T) {
 	got, _, _ := w.store.GetBlock(w.ctx, "acme", "B1")
 	if got.State != protocol.BlockLive || got.ClaimedBy != "" {
 		t.Errorf("block after the lost claim: %s claimed by %q, want LIVE and unclaimed", got.State, got.ClaimedBy)
+	}
+}
+
+// TestLostConditionsAreCounted: a write whose condition DynamoDB refuses
+// is counted once under a transition's name (a handful of names, never an
+// item's key, so CloudWatch's dimension stays small); a write that wins
+// counts nothing.
+func TestLostConditionsAreCounted(t *testing.T) {
+	w := newWorld(t)
+	b := w.block("B1", protocol.BlockLive)
+	g1, g2 := w.claiming(g12), w.claiming(planning.GroupKey{Stream: g12.Stream, Level: 2, RangeStart: g12.RangeStart})
+	batch := metrics.NewBatch("table")
+	ctx := metrics.With(w.ctx, batch)
+	if err := w.store.Claim(ctx, g1, []records.Block{b}, w.now); err != nil {
+		t.Fatal(err)
+	}
+	if v := batch.Values(); len(v) != 0 {
+		t.Fatalf("a winning claim recorded %v", v)
+	}
+	if err := w.store.Claim(ctx, g2, []records.Block{b}, w.now); !records.IsConditionLost(err) {
+		t.Fatalf("second claim: %v, want lost", err)
+	}
+	v := batch.Values()
+	if len(v) != 1 || v[0].Metric.Name != metrics.ConditionLosses.Name || v[0].V != 1 {
+		t.Fatalf("after a lost claim the batch holds %+v, want one condition loss", v)
+	}
+	if _, err := protocol.Lookup(protocol.Name(v[0].Dims[0])); err != nil {
+		t.Errorf("the loss is counted under %q, not a transition's name: %v", v[0].Dims[0], err)
 	}
 }

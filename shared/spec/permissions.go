@@ -55,6 +55,37 @@ const DefaultBucketIndexInterval = 15 * time.Minute
 // DefaultSweepInterval is how often the schedule invokes the cleaner.
 const DefaultSweepInterval = 5 * time.Minute
 
+// MetricsEvent is the payload of the scheduled event that invokes the
+// cleaner for its metrics pass: every tenant's gauges (the oldest block
+// waiting for compaction, what is quarantined, what is planned), emitted
+// as CloudWatch metrics for the alarms.
+const MetricsEvent = `{"sluice":"metrics"}`
+
+// DefaultMetricsInterval is how often that schedule runs: the alarms on
+// its gauges look at 5-minute periods.
+const DefaultMetricsInterval = 5 * time.Minute
+
+// Schedule is one scheduled invocation of the cleaner.
+type Schedule struct {
+	// Name is the rule's construct id in the stack.
+	Name     string
+	Event    string
+	Interval time.Duration
+	// Why is the rule's description.
+	Why string
+}
+
+// Schedules are the cleaner's schedules, the sweep's every sweep. A pass
+// whose feature is off (no retention, no bucket index) returns at once.
+func Schedules(sweep time.Duration) []Schedule {
+	return []Schedule{
+		{Name: "CleanerSweep", Event: SweepEvent, Interval: sweep, Why: "Sluice cleaner sweep"},
+		{Name: "CleanerRetention", Event: RetentionEvent, Interval: DefaultRetentionInterval, Why: "Sluice retention"},
+		{Name: "CleanerBucketIndex", Event: BucketIndexEvent, Interval: DefaultBucketIndexInterval, Why: "Sluice bucket index"},
+		{Name: "CleanerMetrics", Event: MetricsEvent, Interval: DefaultMetricsInterval, Why: "Sluice metrics"},
+	}
+}
+
 // ObjectPattern is an IAM resource pattern for object keys, relative to the
 // deployment's key prefix. The leading "*/" stands for "<tenant>/<ULID>/"
 // in a multi-tenant bucket and "<ULID>/" in a single-tenant one.
