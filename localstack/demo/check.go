@@ -75,6 +75,9 @@ func (r *run) check(ctx context.Context) error {
 		if len(ts.Live) == 0 {
 			r.fail("%s: no live block", ts.Tenant)
 		}
+		if err := r.readMetrics(ctx, store, ts); err != nil {
+			return err
+		}
 	}
 	return r.checkDLQs(ctx)
 }

@@ -204,6 +204,8 @@ type TenantSummary struct {
 	// Violations of I2–I4 for this tenant.
 	Violations  int          `json:"violations"`
 	Equivalence equiv.Report `json:"equivalence"`
+	// Metrics are what the tenant's metrics said at the end.
+	Metrics TenantMetrics `json:"metrics"`
 }
 
 // RetentionRun is the archive tenant's story: blocks that ended long

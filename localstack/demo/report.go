@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/shared/awsenv"
+	"github.com/sluice-dev/sluice/shared/bytesize"
 	"github.com/sluice-dev/sluice/shared/cli"
 	"github.com/sluice-dev/sluice/shared/protocol"
 )
@@ -100,6 +101,11 @@ func (r *run) report() {
 		if r.thanos {
 			fmt.Fprintf(w, "  %-13s  %s\n", "thanos verify", r.sum.ThanosVerdict)
 		}
+		m := ts.Metrics
+		fmt.Fprintf(w, "  %-13s  %s compaction(s) and %s read, from %d EMF record(s) in the handlers' log;\n"+
+			"  %-13s  sluice metrics: %s overdue, %d partition(s) planned, %d quarantined\n",
+			"metrics", commas(uint64(m.Compactions)), bytesize.IEC(int64(m.BytesRead)), m.Records,
+			"", m.Figures.OldestUncompacted.Round(time.Second), m.Figures.Planned, m.Figures.QuarantinedBlocks+m.Figures.QuarantinedGroups)
 		e := ts.Equivalence
 		if e.OK() {
 			fmt.Fprintf(w, "  %-13s  ok: the live blocks hold exactly the %s distinct samples of %d series uploaded\n"+

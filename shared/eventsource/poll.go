@@ -76,6 +76,8 @@ func (r *Runner) poll(ctx context.Context, s *Source, q queueInfo) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	backoff := 100 * time.Millisecond
+	idle := idlePoll
+	wake := r.wake[s.QueueURL]
 	for {
 		select {
 		case slots <- struct{}{}:
@@ -102,12 +104,16 @@ func (r *Runner) poll(ctx context.Context, s *Source, q queueInfo) {
 		if len(msgs) == 0 {
 			<-slots
 			select {
-			case <-time.After(idlePoll):
+			case <-time.After(idle):
+				idle = min(2*idle, maxIdlePoll)
+			case <-wake:
+				idle = idlePoll
 			case <-ctx.Done():
 				return
 			}
 			continue
 		}
+		idle = idlePoll
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -50,11 +50,20 @@ const (
 	MaxBatchSize = 10
 )
 
-// idlePoll is how long a poller waits after an empty receive. Receives are
-// short polls: a long poll in flight when Run stops would be cut off
-// mid-request (and moto_serial.py emulates long polls by short polls
-// anyway), while a sleep ends at once.
-const idlePoll = 100 * time.Millisecond
+// A poller waits idlePoll after an empty receive, twice as long after
+// each further one, up to maxIdlePoll, and receives again at once when
+// Wake names its queue. Receives are short polls: a long poll in flight
+// when Run stops would be cut off mid-request (and moto_serial.py
+// emulates long polls by short polls anyway), while a sleep ends at once.
+// The backoff is what Lambda's long polls give for free: an idle queue
+// costs next to nothing. Without it every idle poller of every test world
+// asked the one emulator ten times a second, and that load, not the work,
+// set how long the suite took. Wake keeps the hop from a handler's send to
+// the next handler as short as a long poll's.
+const (
+	idlePoll    = 100 * time.Millisecond
+	maxIdlePoll = time.Second
+)
 
 // Source is one event source mapping: a queue and the handler it feeds.
 type Source struct {
@@ -113,9 +122,10 @@ type Runner struct {
 	running  bool // Run has been called and has not returned
 	polling  bool // Run's pollers and timers are running
 	stats    map[string]*SourceStats
-	inflight int                  // batches in progress (timer runs are not counted: see RunUntilIdle)
-	lastWork time.Time            // last start or end of a batch
-	lastRun  map[string]time.Time // timer name → the start of its last run that was not cut short
+	inflight int                      // batches in progress (timer runs are not counted: see RunUntilIdle)
+	lastWork time.Time                // last start or end of a batch
+	lastRun  map[string]time.Time     // timer name → the start of its last run that was not cut short
+	wake     map[string]chan struct{} // queue URL → its poller's wake-up (buffered 1)
 }
 
 type timer struct {
@@ -129,7 +139,8 @@ func New(c *sqs.Client, logger *slog.Logger, sources ...Source) *Runner {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	r := &Runner{sqs: c, region: c.Options().Region, log: logger, stats: map[string]*SourceStats{}, lastRun: map[string]time.Time{}}
+	r := &Runner{sqs: c, region: c.Options().Region, log: logger, stats: map[string]*SourceStats{}, lastRun: map[string]time.Time{},
+		wake: map[string]chan struct{}{}}
 	for _, s := range sources {
 		if s.BatchSize == 0 {
 			s.BatchSize = DefaultBatchSize
@@ -139,8 +150,26 @@ func New(c *sqs.Client, logger *slog.Logger, sources ...Source) *Runner {
 		}
 		r.sources = append(r.sources, s)
 		r.stats[s.Name] = &SourceStats{}
+		if r.wake[s.QueueURL] == nil {
+			r.wake[s.QueueURL] = make(chan struct{}, 1)
+		}
 	}
 	return r
+}
+
+// Wake tells the poller of queueURL that a message was just sent there,
+// so it receives now instead of at the end of its idle wait. It never
+// blocks; a queue the runner does not poll is ignored. (Lambda's long
+// polls see a new message as soon as it is sent.)
+func (r *Runner) Wake(queueURL string) {
+	ch := r.wake[queueURL]
+	if ch == nil {
+		return
+	}
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
 }
 
 // Every runs fn every interval while Run runs (first after one interval),

@@ -17,10 +17,14 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
 	"github.com/sluice-dev/sluice/shared/awsenv"
 	"github.com/sluice-dev/sluice/shared/awslimits"
 	"github.com/sluice-dev/sluice/shared/config"
 	"github.com/sluice-dev/sluice/shared/eventsource"
+	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/pipeline"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/spec"
@@ -96,7 +100,10 @@ func New(clients *awsenv.Clients, cfg config.Config, res spec.Resources, opts Op
 	deps := pipeline.NewDeps(cfg, clients, opts.Logger, opts.Owner)
 	refused := &awslimits.Refusals{}
 	deps.Store = records.NewStore(awslimits.DynamoDB{DynamoDBAPI: clients.DynamoDB, Refused: refused}, cfg.Table, opts.Logger)
-	deps.Send.SQS = awslimits.SQS{SQSSender: clients.SQS, Refused: refused}
+	// A handler's send wakes the poller of the queue it sent to, as a
+	// long poll would see it (r is set below, before anything runs).
+	var r *eventsource.Runner
+	deps.Send.SQS = wakingSQS{SQS: awslimits.SQS{SQSSender: clients.SQS, Refused: refused}, wake: func(url string) { r.Wake(url) }}
 	deps.Hook, deps.Now = opts.Hook, opts.Now
 	if opts.S3 != nil {
 		deps.S3 = opts.S3
@@ -124,7 +131,7 @@ func New(clients *awsenv.Clients, cfg config.Config, res spec.Resources, opts Op
 			Handler: wrap(string(q.Consumer), handlers[q.ID]),
 		})
 	}
-	r := eventsource.New(clients.SQS, opts.Logger, sources...)
+	r = eventsource.New(clients.SQS, opts.Logger, sources...)
 	cleaner := pipeline.Cleaner{Deps: deps}
 	r.Every("sweep", opts.SweepInterval, cleaner.Sweep)
 	if cfg.BucketIndex != "" {
@@ -165,4 +172,18 @@ func (p *Pipeline) Settle(ctx context.Context, quiet, timeout time.Duration, don
 			return fmt.Errorf("localpipeline: pipeline did not settle within %v", timeout)
 		}
 	}
+}
+
+// wakingSQS sends, then wakes the runner's poller of the queue sent to.
+type wakingSQS struct {
+	messages.SQS
+	wake func(queueURL string)
+}
+
+func (w wakingSQS) SendMessage(ctx context.Context, in *sqs.SendMessageInput, opts ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
+	out, err := w.SQS.SendMessage(ctx, in, opts...)
+	if err == nil {
+		w.wake(aws.ToString(in.QueueUrl))
+	}
+	return out, err
 }

@@ -100,6 +100,12 @@ func TestDemoScenarioSmall(t *testing.T) {
 		if ts.Violations != 0 {
 			t.Errorf("%s: %d violations", ts.Tenant, ts.Violations)
 		}
+		// The handlers' EMF records count at least one compaction per
+		// group run, and once settled nothing is overdue or planned.
+		if m := ts.Metrics; m.Compactions < float64(len(ts.Groups)) || m.BytesRead <= 0 ||
+			m.Figures.OldestUncompacted != 0 || m.Figures.Planned != 0 || m.Figures.Live != len(ts.Live) {
+			t.Errorf("%s: metrics %+v; want ≥ %d compactions, bytes read, nothing overdue or planned, %d live", ts.Tenant, m, len(ts.Groups), len(ts.Live))
+		}
 	}
 	partitions := 0
 	for _, ts := range sum.Tenants {
