@@ -715,14 +715,16 @@ func (s state) settled() bool {
 	return s.transitional == 0 && s.groups == s.finished && s.groups > 0 && s.staleIndexes == 0 && s.unexpired == 0
 }
 
-// state reads the deployment's progress; withIndex also reads every
+// state reads the deployment's progress from one projection of each
+// tenant's blocks (no meta.json: it runs every second, against the one
+// emulator the pipeline uses too); withIndex also reads every
 // tenant's bucket index (what settling waits for, not the progress bar's
 // once-a-second poll: the emulator serves both deployments, one request
 // at a time).
 func (r *run) state(ctx context.Context, st *records.Store, withIndex bool) (state, error) {
 	s := state{indexed: map[string]int{}}
 	if rr := r.sum.Retention; rr != nil {
-		blocks, err := st.TenantBlocks(ctx, rr.Tenant)
+		blocks, err := st.BlocksView(ctx, rr.Tenant)
 		if err != nil {
 			return s, err
 		}
@@ -734,7 +736,7 @@ func (r *run) state(ctx context.Context, st *records.Store, withIndex bool) (sta
 		}
 	}
 	for _, t := range r.opts.Tenants {
-		blocks, err := st.TenantBlocks(ctx, t.Name)
+		blocks, err := st.BlocksView(ctx, t.Name)
 		if err != nil {
 			return s, err
 		}

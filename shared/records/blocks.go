@@ -391,12 +391,12 @@ func (st *Store) Expire(ctx context.Context, b Block, retireAt, now time.Time) (
 
 // BlocksView reads what the cleaner's retention and metrics passes need
 // of every block of a tenant — state, gen, range, level, stream, claim,
-// publication, marks, arrival — and nothing else (no meta.json, no file
-// list), so a pass over a big tenant reads little.
+// publication, marks, arrival, its meta.json's version — and nothing else
+// (no meta.json, no file list), so a pass over a big tenant reads little.
 func (st *Store) BlocksView(ctx context.Context, tenant string) ([]Block, error) {
 	names := map[string]string{}
 	var projection []string
-	for i, a := range []string{"tenant", "id", "state", "gen", "minT", "maxT", "stream", "level", "claimedBy", "published", "noCompact", "arrived"} {
+	for i, a := range []string{"tenant", "id", "state", "gen", "minT", "maxT", "stream", "level", "claimedBy", "published", "noCompact", "arrived", "metaVid"} {
 		n := fmt.Sprintf("#a%d", i)
 		names[n] = a
 		projection = append(projection, n)
