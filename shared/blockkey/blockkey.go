@@ -93,6 +93,28 @@ func (l Layout) TenantPrefix(tenant string) string {
 	return l.root() + tenant + "/"
 }
 
+// markersDir holds a tenant's global markers in a Cortex or Mimir bucket.
+const markersDir = "markers/"
+
+// GlobalMarker is the key of block id's global marker file (a deletion or
+// no-compact mark) in a Cortex or Mimir bucket: <tenant>/markers/<ULID>-<file>.
+func (l Layout) GlobalMarker(tenant, id, file string) string {
+	return l.TenantPrefix(tenant) + markersDir + id + "-" + file
+}
+
+// IsGlobalMarker reports whether key is a tenant's global marker (as
+// GlobalMarker names them, whoever wrote it): an object the bucket
+// notifies (it ends in -mark.json) that is no block's file.
+func (l Layout) IsGlobalMarker(key string) bool {
+	rest, ok := strings.CutPrefix(key, l.root())
+	if !ok || l.SingleTenant != "" {
+		return false
+	}
+	tenant, rest, ok := strings.Cut(rest, "/")
+	name, isMarker := strings.CutPrefix(rest, markersDir)
+	return ok && tenant != "" && isMarker && name != "" && !strings.Contains(name, "/")
+}
+
 // Block returns the key of block id of tenant (File empty). In a
 // single-tenant layout, tenant must be empty or the layout's tenant.
 func (l Layout) Block(tenant string, id ulid.ULID) (Key, error) {

@@ -187,3 +187,33 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestGlobalMarkers: the planner tells a tenant's global markers (which
+// the bucket notifies, as they end in -mark.json) from a key outside the
+// layout, so it can pass over them quietly.
+func TestGlobalMarkers(t *testing.T) {
+	under := Layout{Prefix: "blocks"}
+	if got, want := under.GlobalMarker("team-a", id, "deletion-mark.json"), "blocks/team-a/markers/"+id+"-deletion-mark.json"; got != want {
+		t.Errorf("GlobalMarker = %q, want %q", got, want)
+	}
+	cases := []struct {
+		key    string
+		layout Layout
+		want   bool
+	}{
+		{"team-a/markers/" + id + "-deletion-mark.json", Layout{}, true},
+		{"team-a/markers/" + id + "-no-compact-mark.json", Layout{}, true},
+		{"blocks/team-a/markers/" + id + "-deletion-mark.json", under, true},
+		{"team-a/markers/" + id + "-deletion-mark.json", under, false},
+		{"team-a/" + id + "/deletion-mark.json", Layout{}, false},
+		{"team-a/markers/", Layout{}, false},
+		{"markers/" + id + "-deletion-mark.json", Layout{}, false},
+		{"team-a/markers/x/" + id + "-deletion-mark.json", Layout{}, false},
+		{"markers/" + id + "-deletion-mark.json", Layout{SingleTenant: "prod"}, false},
+	}
+	for _, c := range cases {
+		if got := c.layout.IsGlobalMarker(c.key); got != c.want {
+			t.Errorf("%+v.IsGlobalMarker(%q) = %v, want %v", c.layout, c.key, got, c.want)
+		}
+	}
+}

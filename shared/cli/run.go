@@ -308,12 +308,16 @@ func NothingToDoNow(ctx context.Context, st *records.Store, now time.Time) (idle
 			}
 		}
 	}
-	later := now.Add(100 * 365 * 24 * time.Hour)
+	all, err := st.DueAll(ctx, now.Add(100*365*24*time.Hour))
+	if err != nil {
+		return false, nil, err
+	}
+	byKind := map[records.AgendaKind][]records.AgendaEntry{}
+	for _, e := range all {
+		byKind[e.Kind] = append(byKind[e.Kind], e)
+	}
 	for _, k := range []records.AgendaKind{records.AgendaDelete, records.AgendaRange, records.AgendaOrphans} {
-		entries, err := st.Due(ctx, k, later)
-		if err != nil {
-			return false, nil, err
-		}
+		entries := byKind[k]
 		perTenant := map[string]int{}
 		first := map[string]time.Time{}
 		ranges := map[string]time.Time{}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/sluice-dev/sluice/shared/logattr"
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/metrics"
 	"github.com/sluice-dev/sluice/shared/planning"
@@ -36,7 +37,7 @@ type cleanerRecords interface {
 	Activate(ctx context.Context, b records.Block, now time.Time) (int64, error)
 	Complete(ctx context.Context, g records.Group, now time.Time) error
 	DoneAgenda(ctx context.Context, e records.AgendaEntry) error
-	Due(ctx context.Context, k records.AgendaKind, now time.Time) ([]records.AgendaEntry, error)
+	DueAll(ctx context.Context, now time.Time) ([]records.AgendaEntry, error)
 	GetGroup(ctx context.Context, tenant string, g planning.GroupKey) (records.Group, bool, error)
 	PutAgenda(ctx context.Context, k records.AgendaKind, due time.Time, tenant, subject string) error
 	QuarantineGroup(ctx context.Context, g records.Group, reason string, now time.Time) error
@@ -108,7 +109,7 @@ func (c Cleaner) Advance(ctx context.Context, tenant string, g planning.GroupKey
 	if err != nil || !ok {
 		return err
 	}
-	log := c.Logger.With("tenant", tenant, "group", g.String(), "version", head.Version, "state", head.State)
+	log := c.Logger.With(logattr.Version(tenant, g, head.Version), "state", head.State)
 	now := c.now()
 	switch head.State {
 	case protocol.GroupClaiming:
@@ -189,7 +190,7 @@ func allDone(parts []records.Partition, n int) bool {
 // CLAIMED → RETIRING with MARK ops; then RETIRED and a re-plan of the group
 // and of the next level. Each step is idempotent.
 func (c Cleaner) finishComplete(ctx context.Context, head records.Group, parts []records.Partition) error {
-	log := c.Logger.With("tenant", head.Tenant, "group", head.Key.String(), "version", head.Version)
+	log := c.Logger.With(logattr.Version(head.Tenant, head.Key, head.Version))
 	now := c.now()
 	outs, err := c.outputs(ctx, head, parts)
 	if err != nil {
@@ -351,7 +352,7 @@ func (c Cleaner) retryFailed(ctx context.Context, head records.Group, parts []re
 // group is quarantined: its sources stay claimed and readable, nothing
 // re-plans it until `sluice retry`.
 func (c Cleaner) quarantine(ctx context.Context, head records.Group) error {
-	log := c.Logger.With("tenant", head.Tenant, "group", head.Key.String(), "version", head.Version)
+	log := c.Logger.With(logattr.Version(head.Tenant, head.Key, head.Version))
 	if err := c.step(ctx, "cleaner.before-quarantine", head.Ref()); err != nil {
 		return err
 	}
@@ -441,10 +442,16 @@ func (c Cleaner) Sweep(ctx context.Context) error {
 	now := c.now()
 	c.Logger.InfoContext(ctx, "sweep started")
 	var errs []error
-	active, err := c.records().Due(ctx, records.AgendaActive, now)
+	// One Query per agenda shard reads every kind that is due.
+	due, err := c.records().DueAll(ctx, now)
 	if err != nil {
-		return errors.Join(append(errs, err)...)
+		return err
 	}
+	byKind := map[records.AgendaKind][]records.AgendaEntry{}
+	for _, e := range due {
+		byKind[e.Kind] = append(byKind[e.Kind], e)
+	}
+	active, deletes, ranges, orphans := byKind[records.AgendaActive], byKind[records.AgendaDelete], byKind[records.AgendaRange], byKind[records.AgendaOrphans]
 	for _, e := range active {
 		g, err := planning.ParseGroupKey(e.Subject)
 		if err == nil {
@@ -454,15 +461,7 @@ func (c Cleaner) Sweep(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("advance %s/%s: %w", e.Tenant, e.Subject, err))
 		}
 	}
-	deletes, err := c.records().Due(ctx, records.AgendaDelete, now)
-	if err != nil {
-		return errors.Join(append(errs, err)...)
-	}
 	errs = append(errs, forEach(ctx, deletes, max(c.Config.SweepParallelism, 1), c.deleteRetired)...)
-	ranges, err := c.records().Due(ctx, records.AgendaRange, now)
-	if err != nil {
-		return errors.Join(append(errs, err)...)
-	}
 	for _, e := range ranges {
 		if err := c.Send.Plan(ctx, messages.PlanRequest{Tenant: e.Tenant, Group: e.Subject, Why: "range closed"}); err != nil {
 			errs = append(errs, err)
@@ -471,10 +470,6 @@ func (c Cleaner) Sweep(ctx context.Context) error {
 		if err := c.records().DoneAgenda(ctx, e); err != nil {
 			errs = append(errs, err)
 		}
-	}
-	orphans, err := c.records().Due(ctx, records.AgendaOrphans, now)
-	if err != nil {
-		return errors.Join(append(errs, err)...)
 	}
 	for _, e := range orphans {
 		if err := c.secondOrphanSweep(ctx, e); err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/blockmeta"
 	"github.com/sluice-dev/sluice/shared/blockstore"
 	"github.com/sluice-dev/sluice/shared/compaction"
+	"github.com/sluice-dev/sluice/shared/logattr"
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/metrics"
 	"github.com/sluice-dev/sluice/shared/planning"
@@ -81,7 +82,7 @@ func (c Compact) Run(ctx context.Context, job messages.Job) error {
 		return err
 	}
 	ref := protocol.PartitionRef{VersionRef: protocol.VersionRef{Tenant: job.Tenant, Group: g, Version: job.Version}, Partition: job.Partition}.String()
-	log := c.Logger.With("tenant", job.Tenant, "group", job.Group, "version", job.Version, "partition", job.Partition)
+	log := c.Logger.With(logattr.Partition(job.Tenant, g, job.Version, job.Partition))
 	owner := c.owner()
 	now := c.now()
 	if err := c.step(ctx, "compact.before-lease", ref); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/blockmeta"
+	"github.com/sluice-dev/sluice/shared/logattr"
 	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/s3errors"
@@ -43,7 +44,7 @@ var errMarkNotYet = errors.New("the block is not settled yet; the mark is honour
 // quarantined block's no-compact mark): their blocks are RETIRING or
 // QUARANTINED, and nothing is done.
 func (p Planner) handleMark(ctx context.Context, k blockkey.Key, vid string) error {
-	log := p.Logger.With("tenant", k.Tenant, "block", k.Block.String(), "mark", k.File)
+	log := p.Logger.With(logattr.Block(k.Tenant, k.Block.String()), "mark", k.File)
 	b, known, err := p.records().GetBlock(ctx, k.Tenant, k.Block.String())
 	if err != nil {
 		return err

@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/blockcheck"
 	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/blockmeta"
+	"github.com/sluice-dev/sluice/shared/logattr"
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/metrics"
 	"github.com/sluice-dev/sluice/shared/planning"
@@ -94,6 +95,12 @@ func (p Planner) handleMessage(ctx context.Context, m events.SQSMessage) error {
 func (p Planner) handleObject(ctx context.Context, o s3event.ObjectCreated) error {
 	k, err := blockkey.Parse(o.Key, p.Config.Layout)
 	if err != nil {
+		if p.Config.Layout.IsGlobalMarker(o.Key) {
+			// Sluice writes one beside each of its own marks in a Cortex or
+			// Mimir bucket; the block's own mark is the one it reads.
+			p.Logger.DebugContext(ctx, "skipping a global marker", "key", o.Key)
+			return nil
+		}
 		p.Logger.WarnContext(ctx, "skipping an object outside the block layout", "key", o.Key, "err", err)
 		return nil
 	}
@@ -105,7 +112,7 @@ func (p Planner) handleObject(ctx context.Context, o s3event.ObjectCreated) erro
 		p.Logger.DebugContext(ctx, "skipping an object that is neither meta.json nor a mark", "key", o.Key)
 		return nil
 	}
-	log := p.Logger.With("tenant", k.Tenant, "block", k.Block.String())
+	log := p.Logger.With(logattr.Block(k.Tenant, k.Block.String()))
 	body, vid, err := p.getObject(ctx, o.Key, o.VersionID)
 	if err != nil {
 		if s3errors.IsNotFound(err) {
@@ -543,7 +550,7 @@ func (p Planner) PlanGroup(ctx context.Context, tenant string, g planning.GroupK
 }
 
 func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKey) (again bool, err error) {
-	log := p.Logger.With("tenant", tenant, "group", g.String())
+	log := p.Logger.With(logattr.Group(tenant, g))
 	head, _, err := p.records().GetGroup(ctx, tenant, g)
 	if err != nil {
 		return false, err

@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/blockmeta"
 	"github.com/sluice-dev/sluice/shared/blockstore"
+	"github.com/sluice-dev/sluice/shared/logattr"
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/protocol"
@@ -63,7 +64,7 @@ func (u Uploader) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 
 // Execute runs one op.
 func (u Uploader) Execute(ctx context.Context, op messages.BlockOp) error {
-	log := u.Logger.With("tenant", op.Tenant, "block", op.Block, "op", op.Op, "gen", op.Gen)
+	log := u.Logger.With(logattr.Block(op.Tenant, op.Block), "op", op.Op, "gen", op.Gen)
 	id, err := ulid.ParseStrict(op.Block)
 	if err != nil {
 		return fmt.Errorf("uploader: op %s for %s/%s: %w", op.Op, op.Tenant, op.Block, err)
@@ -240,7 +241,7 @@ func (u Uploader) mark(ctx context.Context, k blockkey.Key, b records.Block, log
 // deletion or no-compact mark) in a Cortex or Mimir bucket:
 // <tenant>/markers/<ULID>-<file>.
 func (u Uploader) globalMarker(b records.Block, file string) string {
-	return u.Config.Layout.TenantPrefix(b.Tenant) + "markers/" + b.ID + "-" + file
+	return u.Config.Layout.GlobalMarker(b.Tenant, b.ID, file)
 }
 
 // putOnce writes key with If-None-Match (and a SHA-256 checksum, by which

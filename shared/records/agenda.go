@@ -3,6 +3,8 @@ package records
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
+	"sort"
 	"strings"
 	"time"
 
@@ -37,19 +39,49 @@ type AgendaEntry struct {
 	Due     time.Time
 	Tenant  string
 	Subject string
-	sk      string
+	pk, sk  string
 }
 
-// agendaSK sorts entries of one kind by due time (zero-padded ms).
+// AgendaShards is how many partition keys the agenda is spread over
+// (AGENDA#0 … AGENDA#3), so that thousands of tenants' entries are not
+// one hot key; an entry's shard is a hash of its tenant and subject. A
+// sweep reads each shard with one Query for every kind at once, since the
+// sort key starts with the due time. Changing the count moves entries'
+// keys: an upgrade that does must carry the old ones over, as DueAll does
+// for the unsharded agenda of earlier releases.
+const AgendaShards = 4
+
+// legacyAgendaPK is the one partition earlier releases kept the agenda
+// under, with the kind first in the sort key: <KIND>#<due>#<tenant>#<subject>.
+const legacyAgendaPK = "AGENDA"
+
+func agendaShard(tenant, subject string) string {
+	h := fnv.New32a()
+	h.Write([]byte(tenant))
+	h.Write([]byte{'/'})
+	h.Write([]byte(subject))
+	return fmt.Sprintf("%s#%d", legacyAgendaPK, h.Sum32()%AgendaShards)
+}
+
+// agendaSK sorts a shard's entries by due time (zero-padded ms), then kind.
 func agendaSK(k AgendaKind, due time.Time, tenant, subject string) string {
-	return fmt.Sprintf("%s#%013d#%s#%s", k, due.UnixMilli(), tenant, subject)
+	return fmt.Sprintf("%013d#%s#%s#%s", due.UnixMilli(), k, tenant, subject)
+}
+
+// agendaKey is the key of an entry.
+func agendaKey(k AgendaKind, due time.Time, tenant, subject string) map[string]types.AttributeValue {
+	return key(agendaShard(tenant, subject), agendaSK(k, due, tenant, subject))
+}
+
+// legacyAgendaKey is where an earlier release kept the same entry.
+func legacyAgendaKey(k AgendaKind, due time.Time, tenant, subject string) map[string]types.AttributeValue {
+	return key(legacyAgendaPK, fmt.Sprintf("%s#%013d#%s#%s", k, due.UnixMilli(), tenant, subject))
 }
 
 func agendaItem(k AgendaKind, due time.Time, tenant, subject string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{
-		"PK": s(agendaPK), "SK": s(agendaSK(k, due, tenant, subject)),
-		"tenant": s(tenant), "subject": s(subject),
-	}
+	it := agendaKey(k, due, tenant, subject)
+	it["tenant"], it["subject"] = s(tenant), s(subject)
+	return it
 }
 
 // PutAgenda adds an entry (idempotent).
@@ -62,13 +94,62 @@ func (st *Store) PutAgenda(ctx context.Context, k AgendaKind, due time.Time, ten
 	})
 }
 
-// Due lists entries of kind k due at or before now.
-func (st *Store) Due(ctx context.Context, k AgendaKind, now time.Time) ([]AgendaEntry, error) {
-	items, err := st.queryRange(ctx, agendaPK, string(k)+"#", agendaSK(k, now, "\xff", ""))
+// DueAll lists the entries of every kind due at or before now: one Query
+// per shard (ACTIVE entries, due at 0, come first in each). Until this
+// store has once found the unsharded agenda of an earlier release empty,
+// it reads that too, so an upgrade loses no entry; DoneAgenda removes
+// such an entry where it is.
+func (st *Store) DueAll(ctx context.Context, now time.Time) ([]AgendaEntry, error) {
+	upTo := fmt.Sprintf("%013d#\xff", now.UnixMilli())
+	var out []AgendaEntry
+	for i := range AgendaShards {
+		pk := fmt.Sprintf("%s#%d", legacyAgendaPK, i)
+		items, err := st.queryRange(ctx, pk, "0", upTo)
+		if err != nil {
+			return nil, err
+		}
+		for _, it := range items {
+			sk := it["SK"].(*types.AttributeValueMemberS).Value
+			parts := strings.SplitN(sk, "#", 4)
+			if len(parts) != 4 {
+				continue
+			}
+			var ms int64
+			fmt.Sscan(parts[0], &ms)
+			out = append(out, AgendaEntry{Kind: AgendaKind(parts[1]), Due: time.UnixMilli(ms), Tenant: parts[2], Subject: parts[3], pk: pk, sk: sk})
+		}
+	}
+	if !st.legacyAgendaEmpty.Load() {
+		legacy, err := st.legacyDue(ctx, now)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, legacy...)
+	}
+	// As one partition ordered them: by due time, then tenant and
+	// subject, whatever their shards (the sweep handles a kind's entries
+	// in this order).
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if !a.Due.Equal(b.Due) {
+			return a.Due.Before(b.Due)
+		}
+		return a.Tenant+"#"+a.Subject < b.Tenant+"#"+b.Subject
+	})
+	return out, nil
+}
+
+// legacyDue reads the due entries an earlier release left under its one
+// agenda key, and remembers when there are none left.
+func (st *Store) legacyDue(ctx context.Context, now time.Time) ([]AgendaEntry, error) {
+	items, err := st.query(ctx, legacyAgendaPK, "")
 	if err != nil {
 		return nil, err
 	}
-	out := make([]AgendaEntry, 0, len(items))
+	if len(items) == 0 {
+		st.legacyAgendaEmpty.Store(true)
+	}
+	var out []AgendaEntry
 	for _, it := range items {
 		sk := it["SK"].(*types.AttributeValueMemberS).Value
 		parts := strings.SplitN(sk, "#", 4)
@@ -77,7 +158,26 @@ func (st *Store) Due(ctx context.Context, k AgendaKind, now time.Time) ([]Agenda
 		}
 		var ms int64
 		fmt.Sscan(parts[1], &ms)
-		out = append(out, AgendaEntry{Kind: k, Due: time.UnixMilli(ms), Tenant: parts[2], Subject: parts[3], sk: sk})
+		if ms > now.UnixMilli() {
+			continue
+		}
+		out = append(out, AgendaEntry{Kind: AgendaKind(parts[0]), Due: time.UnixMilli(ms), Tenant: parts[2], Subject: parts[3], pk: legacyAgendaPK, sk: sk})
+	}
+	return out, nil
+}
+
+// Due lists the entries of kind k due at or before now. It reads every
+// shard: a caller wanting several kinds reads DueAll once.
+func (st *Store) Due(ctx context.Context, k AgendaKind, now time.Time) ([]AgendaEntry, error) {
+	all, err := st.DueAll(ctx, now)
+	if err != nil {
+		return nil, err
+	}
+	var out []AgendaEntry
+	for _, e := range all {
+		if e.Kind == k {
+			out = append(out, e)
+		}
 	}
 	return out, nil
 }
@@ -86,7 +186,7 @@ func (st *Store) Due(ctx context.Context, k AgendaKind, now time.Time) ([]Agenda
 func (st *Store) DoneAgenda(ctx context.Context, e AgendaEntry) error {
 	return st.retry(ctx, "delete agenda", func() error {
 		_, err := st.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-			TableName: aws.String(st.table), Key: key(agendaPK, e.sk),
+			TableName: aws.String(st.table), Key: key(e.pk, e.sk),
 		})
 		return err
 	})

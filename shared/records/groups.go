@@ -198,7 +198,9 @@ func (st *Store) FinishVersion(ctx context.Context, g Group, orphansAt time.Time
 	var x tx
 	x.add(gd, gd.check(key(tenantPK(g.Tenant), groupSK(g.Key))))
 	x.plain(
-		types.TransactWriteItem{Delete: &types.Delete{Key: key(agendaPK, agendaSK(AgendaActive, time.UnixMilli(0), g.Tenant, activeSubject(g.Key)))}},
+		types.TransactWriteItem{Delete: &types.Delete{Key: agendaKey(AgendaActive, time.UnixMilli(0), g.Tenant, activeSubject(g.Key))}},
+		// Where a version planned by an earlier release has it.
+		types.TransactWriteItem{Delete: &types.Delete{Key: legacyAgendaKey(AgendaActive, time.UnixMilli(0), g.Tenant, activeSubject(g.Key))}},
 		types.TransactWriteItem{Put: &types.Put{Item: agendaItem(AgendaOrphans, orphansAt, g.Tenant, orphansSubject(g))}},
 	)
 	return st.commit(ctx, "finish "+g.Ref(), x)

@@ -32,10 +32,6 @@ func memberPrefix(g planning.GroupKey) string { return "R#" + g.String() + "#" }
 
 func memberSK(g planning.GroupKey, id string) string { return memberPrefix(g) + id }
 
-// agendaPK is the partition of the agenda: what the cleaner's sweep must
-// look at, keyed so that a sweep queries only what is due.
-const agendaPK = "AGENDA"
-
 // tenantsPK lists tenants, one item each, for status and sweeps.
 const tenantsPK = "TENANTS"
 

@@ -2,6 +2,9 @@ package records
 
 import (
 	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/sluice-dev/sluice/shared/planning"
 )
@@ -27,8 +30,11 @@ func TestParseItemKey(t *testing.T) {
 			t.Errorf("ParseItemKey(%q) = %+v, want %+v", tc.sk, got, tc.want)
 		}
 	}
-	if got := ParseItemKey(agendaPK, "DEL#0#t#b"); got.Kind != ItemOther {
-		t.Errorf("an agenda item parsed as %+v", got)
+	for _, k := range []map[string]types.AttributeValue{agendaKey(AgendaDelete, time.UnixMilli(0), "t", "b"), legacyAgendaKey(AgendaDelete, time.UnixMilli(0), "t", "b")} {
+		pk, sk := k["PK"].(*types.AttributeValueMemberS).Value, k["SK"].(*types.AttributeValueMemberS).Value
+		if got := ParseItemKey(pk, sk); got.Kind != ItemOther {
+			t.Errorf("an agenda item %s/%s parsed as %+v", pk, sk, got)
+		}
 	}
 	if got := ParseItemKey(pk, partitionSK(g, 7, 12)).HeadSK(); got != groupSK(g) {
 		t.Errorf("HeadSK = %q, want %q", got, groupSK(g))

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
 	"github.com/sluice-dev/sluice/localstack/envtest"
 	"github.com/sluice-dev/sluice/shared/awslimits"
 	"github.com/sluice-dev/sluice/shared/metrics"
@@ -22,6 +24,10 @@ type world struct {
 	ctx   context.Context
 	store *records.Store
 	now   time.Time
+	// db and table reach the table beneath the store (for what an earlier
+	// release left there).
+	db    *dynamodb.Client
+	table string
 }
 
 func newWorld(t *testing.T) *world {
@@ -34,7 +40,7 @@ func newWorld(t *testing.T) *world {
 		}
 	})
 	return &world{t: t, ctx: context.Background(), now: time.UnixMilli(1_700_000_000_000),
-		store: records.NewStore(db, env.Deployment.Table, env.Logger)}
+		store: records.NewStore(db, env.Deployment.Table, env.Logger), db: env.Clients.DynamoDB, table: env.Deployment.Table}
 }
 
 var g12 = planning.GroupKey{Stream: stream.Stream{}.ID(), Level: 1, RangeStart: 0}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -35,6 +36,9 @@ type Store struct {
 	// conflictRetries bounds retries of transactions that failed on a
 	// conflict (not on a condition) or on throttling.
 	conflictRetries int
+	// legacyAgendaEmpty is set once DueAll found nothing left under the
+	// unsharded agenda key of earlier releases.
+	legacyAgendaEmpty atomic.Bool
 }
 
 // NewStore returns a store over table.
