@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -109,14 +110,9 @@ func (st *Store) DueAll(ctx context.Context, now time.Time) ([]AgendaEntry, erro
 			return nil, err
 		}
 		for _, it := range items {
-			sk := it["SK"].(*types.AttributeValueMemberS).Value
-			parts := strings.SplitN(sk, "#", 4)
-			if len(parts) != 4 {
-				continue
+			if e, ok := parseAgendaItem(pk, it); ok {
+				out = append(out, e)
 			}
-			var ms int64
-			fmt.Sscan(parts[0], &ms)
-			out = append(out, AgendaEntry{Kind: AgendaKind(parts[1]), Due: time.UnixMilli(ms), Tenant: parts[2], Subject: parts[3], pk: pk, sk: sk})
 		}
 	}
 	if !st.legacyAgendaEmpty.Load() {
@@ -151,19 +147,33 @@ func (st *Store) legacyDue(ctx context.Context, now time.Time) ([]AgendaEntry, e
 	}
 	var out []AgendaEntry
 	for _, it := range items {
-		sk := it["SK"].(*types.AttributeValueMemberS).Value
-		parts := strings.SplitN(sk, "#", 4)
-		if len(parts) != 4 {
-			continue
+		if e, ok := parseAgendaItem(legacyAgendaPK, it); ok && !e.Due.After(now) {
+			out = append(out, e)
 		}
-		var ms int64
-		fmt.Sscan(parts[1], &ms)
-		if ms > now.UnixMilli() {
-			continue
-		}
-		out = append(out, AgendaEntry{Kind: AgendaKind(parts[0]), Due: time.UnixMilli(ms), Tenant: parts[2], Subject: parts[3], pk: legacyAgendaPK, sk: sk})
 	}
 	return out, nil
+}
+
+// parseAgendaItem reads an entry back from its key: <due>#<KIND>#… in a
+// shard, <KIND>#<due>#… under the earlier releases' one key.
+func parseAgendaItem(pk string, it map[string]types.AttributeValue) (AgendaEntry, bool) {
+	skv, _ := it["SK"].(*types.AttributeValueMemberS)
+	if skv == nil {
+		return AgendaEntry{}, false
+	}
+	parts := strings.SplitN(skv.Value, "#", 4)
+	if len(parts) != 4 {
+		return AgendaEntry{}, false
+	}
+	due, kind := parts[0], parts[1]
+	if pk == legacyAgendaPK {
+		due, kind = parts[1], parts[0]
+	}
+	ms, err := strconv.ParseInt(due, 10, 64)
+	if err != nil {
+		return AgendaEntry{}, false
+	}
+	return AgendaEntry{Kind: AgendaKind(kind), Due: time.UnixMilli(ms), Tenant: parts[2], Subject: parts[3], pk: pk, sk: skv.Value}, true
 }
 
 // Due lists the entries of kind k due at or before now. It reads every
