@@ -61,6 +61,10 @@ func (r *run) check(ctx context.Context) error {
 			r.fail("%s: %d of %d blocks past their retention deleted (%d after a deletion mark)", rr.Tenant, rr.Deleted, rr.Uploaded, rr.Marked)
 		}
 	}
+	totals, err := r.emfTotals()
+	if err != nil {
+		return err
+	}
 	for i := range r.sum.Tenants {
 		ts := &r.sum.Tenants[i]
 		if err := r.equivalence(ctx, ts); err != nil {
@@ -75,7 +79,7 @@ func (r *run) check(ctx context.Context) error {
 		if len(ts.Live) == 0 {
 			r.fail("%s: no live block", ts.Tenant)
 		}
-		if err := r.readMetrics(ctx, store, ts); err != nil {
+		if err := r.checkMetrics(ctx, store, ts, totals[ts.Tenant]); err != nil {
 			return err
 		}
 	}

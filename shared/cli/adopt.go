@@ -64,23 +64,15 @@ when asked. Stop the other compactor first (docs/migrate.md).`,
 			startAfter := fs.String("start-after", "", "resume after this key (printed by an interrupted run)")
 			asJSON := fs.Bool("json", false, "print JSON for scripts")
 			return func(ctx context.Context, e *Env, args []string) error {
-				if len(args) > 0 {
-					return usagef("unexpected argument %q", args[0])
+				if err := checkTenantArgs(args, *tenant); err != nil {
+					return err
 				}
-				if *tenant != "" {
-					if err := blockkey.ValidateTenant(*tenant); err != nil {
-						return usagef("tenant %q: %v", *tenant, err)
-					}
-				}
-				cfg, err := e.Config(true)
+				d, err := e.openDeployment(ctx)
 				if err != nil {
 					return err
 				}
-				c, err := e.Clients(ctx)
-				if err != nil {
-					return err
-				}
-				rep, err := Adopt(ctx, AdoptDeps{S3: c.S3, SQS: c.SQS, Records: records.NewStore(c.DynamoDB, cfg.Table, quietLogger())},
+				cfg, c, st := d.cfg, d.clients, d.store
+				rep, err := Adopt(ctx, AdoptDeps{S3: c.S3, SQS: c.SQS, Records: st},
 					AdoptOptions{Bucket: cfg.Bucket, Layout: cfg.Layout, Policy: cfg.Policy, Tenant: *tenant, Apply: *apply,
 						StartAfter: *startAfter, BlockEvents: cfg.Queues.BlockEvents, Progress: e.progress()})
 				if *asJSON {

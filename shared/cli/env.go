@@ -14,7 +14,9 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/sluice-dev/sluice/shared/awsenv"
+	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/config"
+	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/spec"
 )
 
@@ -127,6 +129,44 @@ func (e *Env) Clients(ctx context.Context) (*awsenv.Clients, error) {
 	}
 	e.clients = c
 	return c, nil
+}
+
+// checkTenantArgs refuses what the commands that read a deployment, or
+// one tenant of it, do not take: positional arguments, and a --tenant
+// that is no tenant name.
+func checkTenantArgs(args []string, tenant string) error {
+	if len(args) > 0 {
+		return usagef("unexpected argument %q", args[0])
+	}
+	if tenant != "" {
+		if err := blockkey.ValidateTenant(tenant); err != nil {
+			return usagef("tenant %q: %v", tenant, err)
+		}
+	}
+	return nil
+}
+
+// deployment is what a command reading a deployment works with: its
+// configuration (the table included), the AWS clients and a store over
+// the table.
+type deployment struct {
+	cfg     config.Config
+	clients *awsenv.Clients
+	store   *records.Store
+}
+
+// openDeployment reads the configuration, then loads the clients, as every
+// command that reads the state table does.
+func (e *Env) openDeployment(ctx context.Context) (deployment, error) {
+	cfg, err := e.Config(true)
+	if err != nil {
+		return deployment{}, err
+	}
+	c, err := e.Clients(ctx)
+	if err != nil {
+		return deployment{}, err
+	}
+	return deployment{cfg: cfg, clients: c, store: records.NewStore(c.DynamoDB, cfg.Table, quietLogger())}, nil
 }
 
 // UnreachableError says which endpoint did not answer.

@@ -7,7 +7,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/config"
 	"github.com/sluice-dev/sluice/shared/health"
 	"github.com/sluice-dev/sluice/shared/metrics"
@@ -38,23 +37,14 @@ state, not history. docs/operations.md lists every metric.`,
 		setup: func(fs *flag.FlagSet) runFunc {
 			tenant := fs.String("tenant", "", "only this tenant")
 			return func(ctx context.Context, e *Env, args []string) error {
-				if len(args) > 0 {
-					return usagef("unexpected argument %q", args[0])
+				if err := checkTenantArgs(args, *tenant); err != nil {
+					return err
 				}
-				if *tenant != "" {
-					if err := blockkey.ValidateTenant(*tenant); err != nil {
-						return usagef("tenant %q: %v", *tenant, err)
-					}
-				}
-				cfg, err := e.Config(true)
+				d, err := e.openDeployment(ctx)
 				if err != nil {
 					return err
 				}
-				c, err := e.Clients(ctx)
-				if err != nil {
-					return err
-				}
-				st := records.NewStore(c.DynamoDB, cfg.Table, quietLogger())
+				cfg, c, st := d.cfg, d.clients, d.store
 				return WriteMetrics(ctx, e.Stdout, st, c.SQS, cfg, *tenant, time.Now())
 			}
 		},

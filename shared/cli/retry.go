@@ -60,16 +60,11 @@ shows what came of it.`,
 				} else {
 					return usagef("%q is neither a block ULID nor a group key (<stream>#<level>#<start>)", args[0])
 				}
-				cfg, err := e.Config(true)
+				d, err := e.openDeployment(ctx)
 				if err != nil {
 					return err
 				}
-				c, err := e.Clients(ctx)
-				if err != nil {
-					return err
-				}
-				st := records.NewStore(c.DynamoDB, cfg.Table, quietLogger())
-				what, err := Retry(ctx, st, messages.Sender{SQS: c.SQS, Queues: cfg.Queues}, req)
+				what, err := Retry(ctx, d.store, messages.Sender{SQS: d.clients.SQS, Queues: d.cfg.Queues}, req)
 				if err != nil {
 					return err
 				}

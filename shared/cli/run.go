@@ -312,10 +312,7 @@ func NothingToDoNow(ctx context.Context, st *records.Store, now time.Time) (idle
 	if err != nil {
 		return false, nil, err
 	}
-	byKind := map[records.AgendaKind][]records.AgendaEntry{}
-	for _, e := range all {
-		byKind[e.Kind] = append(byKind[e.Kind], e)
-	}
+	byKind := records.ByKind(all)
 	for _, k := range []records.AgendaKind{records.AgendaDelete, records.AgendaRange, records.AgendaOrphans} {
 		entries := byKind[k]
 		perTenant := map[string]int{}

@@ -16,7 +16,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/config"
 	"github.com/sluice-dev/sluice/shared/overrides"
 	"github.com/sluice-dev/sluice/shared/planning"
@@ -58,23 +57,14 @@ jobs kept failing for a reason that names no block.`,
 			asJSON := fs.Bool("json", false, "print JSON for scripts")
 			all := fs.Bool("all", false, "list every group, finished ones too")
 			return func(ctx context.Context, e *Env, args []string) error {
-				if len(args) > 0 {
-					return usagef("unexpected argument %q", args[0])
+				if err := checkTenantArgs(args, *tenant); err != nil {
+					return err
 				}
-				if *tenant != "" {
-					if err := blockkey.ValidateTenant(*tenant); err != nil {
-						return usagef("tenant %q: %v", *tenant, err)
-					}
-				}
-				cfg, err := e.Config(true)
+				d, err := e.openDeployment(ctx)
 				if err != nil {
 					return err
 				}
-				c, err := e.Clients(ctx)
-				if err != nil {
-					return err
-				}
-				st := records.NewStore(c.DynamoDB, cfg.Table, quietLogger())
+				cfg, c, st := d.cfg, d.clients, d.store
 				ov, ovErr := LoadOverrides(ctx, c.S3, cfg)
 				rep, err := GatherStatus(ctx, st, c.SQS, cfg, StatusOptions{Tenant: *tenant, AllGroups: *all || *asJSON,
 					Overrides: ov, OverridesError: ovErr})

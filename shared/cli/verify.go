@@ -46,23 +46,14 @@ but not counted. Exit 0 when all hold; exit 1 with every offending key.`,
 			tenant := fs.String("tenant", "", "only this tenant")
 			asJSON := fs.Bool("json", false, "print JSON for scripts")
 			return func(ctx context.Context, e *Env, args []string) error {
-				if len(args) > 0 {
-					return usagef("unexpected argument %q", args[0])
+				if err := checkTenantArgs(args, *tenant); err != nil {
+					return err
 				}
-				if *tenant != "" {
-					if err := blockkey.ValidateTenant(*tenant); err != nil {
-						return usagef("tenant %q: %v", *tenant, err)
-					}
-				}
-				cfg, err := e.Config(true)
+				d, err := e.openDeployment(ctx)
 				if err != nil {
 					return err
 				}
-				c, err := e.Clients(ctx)
-				if err != nil {
-					return err
-				}
-				st := records.NewStore(c.DynamoDB, cfg.Table, quietLogger())
+				cfg, c, st := d.cfg, d.clients, d.store
 				rep, err := Verify(ctx, st, c.S3, cfg, *tenant)
 				if err != nil {
 					return err

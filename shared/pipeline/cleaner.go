@@ -447,10 +447,7 @@ func (c Cleaner) Sweep(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	byKind := map[records.AgendaKind][]records.AgendaEntry{}
-	for _, e := range due {
-		byKind[e.Kind] = append(byKind[e.Kind], e)
-	}
+	byKind := records.ByKind(due)
 	active, deletes, ranges, orphans := byKind[records.AgendaActive], byKind[records.AgendaDelete], byKind[records.AgendaRange], byKind[records.AgendaOrphans]
 	for _, e := range active {
 		g, err := planning.ParseGroupKey(e.Subject)

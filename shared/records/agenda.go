@@ -176,6 +176,15 @@ func parseAgendaItem(pk string, it map[string]types.AttributeValue) (AgendaEntry
 	return AgendaEntry{Kind: AgendaKind(kind), Due: time.UnixMilli(ms), Tenant: parts[2], Subject: parts[3], pk: pk, sk: skv.Value}, true
 }
 
+// ByKind splits entries by kind, each kind's in the order given.
+func ByKind(entries []AgendaEntry) map[AgendaKind][]AgendaEntry {
+	out := map[AgendaKind][]AgendaEntry{}
+	for _, e := range entries {
+		out[e.Kind] = append(out[e.Kind], e)
+	}
+	return out
+}
+
 // Due lists the entries of kind k due at or before now. It reads every
 // shard: a caller wanting several kinds reads DueAll once.
 func (st *Store) Due(ctx context.Context, k AgendaKind, now time.Time) ([]AgendaEntry, error) {
@@ -183,13 +192,7 @@ func (st *Store) Due(ctx context.Context, k AgendaKind, now time.Time) ([]Agenda
 	if err != nil {
 		return nil, err
 	}
-	var out []AgendaEntry
-	for _, e := range all {
-		if e.Kind == k {
-			out = append(out, e)
-		}
-	}
-	return out, nil
+	return ByKind(all)[k], nil
 }
 
 // DoneAgenda removes an entry the sweep has handled.
