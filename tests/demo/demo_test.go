@@ -88,10 +88,24 @@ func TestDemoScenarioSmall(t *testing.T) {
 		if len(ts.Groups) != 3 || ts.Partitions < 4 {
 			t.Errorf("%s: %d groups, %d partition jobs; want 2 at 12h and 1 at 24h, some partitioned", ts.Tenant, len(ts.Groups), ts.Partitions)
 		}
+		// A group ends RETIRED, or SUPERSEDED when the next level's group
+		// claimed its sources first (a late replica is planned by both
+		// its level-1 group and the level-2 group over the same range;
+		// the claims are fenced and one wins: ci on fd9013b). Either way
+		// the range is compacted once: the live blocks and equivalence
+		// below say so.
+		retired := 0
 		for _, g := range ts.Groups {
-			if g.State != string(protocol.GroupRetired) {
+			switch g.State {
+			case string(protocol.GroupRetired):
+				retired++
+			case string(protocol.GroupSuperseded):
+			default:
 				t.Errorf("%s: group %s ended %s", ts.Tenant, g.Group, g.State)
 			}
+		}
+		if retired == 0 {
+			t.Errorf("%s: no group retired a version", ts.Tenant)
 		}
 		e := ts.Equivalence
 		if !e.OK() || e.InputSamples != 40*30*12 || e.InputSeries != 40 {
