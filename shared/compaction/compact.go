@@ -12,10 +12,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -26,6 +28,7 @@ import (
 	"github.com/prometheus/prometheus/tsdb/index"
 
 	"github.com/sluice-dev/sluice/shared/blockmeta"
+	"github.com/sluice-dev/sluice/shared/chunkstream"
 )
 
 // SourceCompactor is the thanos.source Compact writes by default, so Thanos
@@ -66,6 +69,21 @@ type Job struct {
 	// Prometheus' default populator does. False (the default) writes only
 	// the symbols of the partition's series.
 	KeepAllSymbols bool
+	// SourceChunks, when set, opens the chunks of each source that is
+	// read instead of its directory's chunks/ (a chunkstream.Reader over
+	// S3): the directory then needs only meta.json, index and, if the
+	// block has one, tombstones. Its sizes in thanos.files are not checked
+	// here (the reader checks what it opens). Each reader is closed.
+	SourceChunks func(ctx context.Context, m *blockmeta.Meta) (tsdb.ChunkReader, error)
+	// Chunks, when set, receives the output's chunk segments instead of
+	// OutDir/<ULID>/chunks/ (a streaming upload): Result.Dir then holds
+	// meta.json and index, and thanos.files lists the segments Chunks was
+	// given with their sizes. What it was given stays there on error,
+	// except the segment being written, which is aborted.
+	Chunks chunkstream.SegmentSink
+	// SegmentSize of the output's chunk segments; ≤ 0 means Prometheus'
+	// default (512 MiB).
+	SegmentSize int64
 }
 
 // Result describes the written block.
@@ -143,7 +161,7 @@ func Compact(ctx context.Context, logger *slog.Logger, job Job) (*Result, error)
 	var readers []tsdb.BlockReader
 	defer func() {
 		for _, r := range readers {
-			_ = r.(*tsdb.Block).Close()
+			_ = r.(io.Closer).Close()
 		}
 	}()
 	for _, s := range srcs {
@@ -151,12 +169,9 @@ func Compact(ctx context.Context, logger *slog.Logger, job Job) (*Result, error)
 			res.Skipped = append(res.Skipped, s.meta.ULID)
 			continue
 		}
-		if err := verifyFiles(s); err != nil {
-			return nil, fmt.Errorf("compact %s: %w", job.ULID, &SourceError{Block: s.meta.ULID, Err: fmt.Errorf("%s: %w", s.dir, err)})
-		}
-		b, err := tsdb.OpenBlock(logger, s.dir, pool, nil)
+		b, err := job.open(ctx, logger, s, pool)
 		if err != nil {
-			return nil, fmt.Errorf("compact %s: %w", job.ULID, &SourceError{Block: s.meta.ULID, Err: fmt.Errorf("open %s: %w", s.dir, err)})
+			return nil, fmt.Errorf("compact %s: %w", job.ULID, &SourceError{Block: s.meta.ULID, Err: fmt.Errorf("%s: %w", s.dir, err)})
 		}
 		readers = append(readers, b)
 		res.Read = append(res.Read, s.meta.ULID)
@@ -168,11 +183,14 @@ func Compact(ctx context.Context, logger *slog.Logger, job Job) (*Result, error)
 	}
 
 	pop := PartitionPopulator{Partition: job.Partition, PartitionCount: n, KeepAllSymbols: job.KeepAllSymbols}
-	dir, err := writeBlock(ctx, logger, job.OutDir, out, pool, pop, readers)
+	dir, err := job.writeBlock(ctx, logger, out, pool, pop, readers)
 	if err != nil {
-		if ctx.Err() == nil {
+		if _, blamed := BlamedSource(err); !blamed && ctx.Err() == nil {
 			// Which source (if any) is to blame? The merge does not say.
-			if blame := diagnose(ctx, readers); blame != nil {
+			// Streamed chunks blame their block themselves, so for them
+			// only the indexes are read again (reading a streamed
+			// source's chunks again would cost its download).
+			if blame := diagnose(ctx, readers, job.SourceChunks == nil); blame != nil {
 				return nil, fmt.Errorf("compact %s: %w (merge failed: %v)", job.ULID, blame, err)
 			}
 		}
@@ -247,13 +265,14 @@ func outputMeta(job Job, srcs []source) *blockmeta.Meta {
 	return m
 }
 
-// writeBlock writes the block to outDir/<ULID> through a temporary
+// writeBlock writes the block to OutDir/<ULID> through a temporary
 // directory, like tsdb.LeveledCompactor.write but with the caller's ULID,
 // without touching the sources' meta.json and without a tombstones file
-// (Thanos does not upload one). It returns "" when the partition is empty.
-// On error nothing is left behind.
-func writeBlock(ctx context.Context, logger *slog.Logger, outDir string, m *blockmeta.Meta, pool chunkenc.Pool, pop tsdb.BlockPopulator, readers []tsdb.BlockReader) (dir string, err error) {
-	final := filepath.Join(outDir, m.ULID.String())
+// (Thanos does not upload one); its chunks go to job.Chunks when set. It
+// returns "" when the partition is empty. On error nothing is left in
+// OutDir.
+func (job Job) writeBlock(ctx context.Context, logger *slog.Logger, m *blockmeta.Meta, pool chunkenc.Pool, pop tsdb.BlockPopulator, readers []tsdb.BlockReader) (dir string, err error) {
+	final := filepath.Join(job.OutDir, m.ULID.String())
 	tmp := final + ".tmp-for-creation"
 	if err := os.RemoveAll(tmp); err != nil {
 		return "", err
@@ -266,12 +285,22 @@ func writeBlock(ctx context.Context, logger *slog.Logger, outDir string, m *bloc
 			dir = ""
 		}
 	}()
-	if err := os.MkdirAll(tmp, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(tmp, blockmeta.ChunksDirname), 0o755); err != nil {
 		return "", err
 	}
-	chunkw, err := chunks.NewWriter(filepath.Join(tmp, blockmeta.ChunksDirname))
-	if err != nil {
-		return "", fmt.Errorf("open chunk writer: %w", err)
+	var (
+		chunkw   tsdb.ChunkWriter
+		streamed *chunkstream.Writer
+	)
+	if job.Chunks != nil {
+		streamed = chunkstream.NewWriter(ctx, job.Chunks, job.SegmentSize)
+		chunkw = streamed
+	} else {
+		w, err := chunks.NewWriter(filepath.Join(tmp, blockmeta.ChunksDirname), chunks.WithSegmentSize(job.SegmentSize))
+		if err != nil {
+			return "", fmt.Errorf("open chunk writer: %w", err)
+		}
+		chunkw = w
 	}
 	indexw, err := index.NewWriter(ctx, filepath.Join(tmp, blockmeta.IndexFilename))
 	if err != nil {
@@ -281,6 +310,9 @@ func writeBlock(ctx context.Context, logger *slog.Logger, outDir string, m *bloc
 	tm := &tsdb.BlockMeta{ULID: m.ULID, MinTime: m.MinTime, MaxTime: m.MaxTime}
 	merge := storage.NewCompactingChunkSeriesMerger(storage.ChainedSeriesMerge)
 	perr := pop.PopulateBlock(ctx, nil, logger, pool, merge, readers, tm, indexw, chunkw, tsdb.AllSortedPostings)
+	if perr != nil && streamed != nil {
+		streamed.Abort()
+	}
 	cerr := errors.Join(chunkw.Close(), indexw.Close())
 	if perr != nil {
 		return "", perr
@@ -298,9 +330,18 @@ func writeBlock(ctx context.Context, logger *slog.Logger, outDir string, m *bloc
 	if m.Stats.NumSeries == 0 {
 		return "", nil
 	}
-	if m.Thanos.Files, err = blockmeta.GatherFiles(tmp); err != nil {
+	files, err := blockmeta.GatherFiles(tmp)
+	if err != nil {
 		return "", err
 	}
+	if streamed != nil {
+		var segs []blockmeta.File
+		for _, w := range streamed.Segments() {
+			segs = append(segs, blockmeta.File{RelPath: blockmeta.ChunksDirname + "/" + w.Name, SizeBytes: w.Size})
+		}
+		files = append(segs, files...)
+	}
+	m.Thanos.Files = files
 	if err := m.WriteDir(tmp); err != nil {
 		return "", fmt.Errorf("write meta.json: %w", err)
 	}
@@ -313,15 +354,75 @@ func writeBlock(ctx context.Context, logger *slog.Logger, outDir string, m *bloc
 	return final, nil
 }
 
+// open opens source s: its directory as Prometheus does, or with
+// SourceChunks, its directory's index and tombstones and the chunks that
+// SourceChunks streams.
+func (job Job) open(ctx context.Context, logger *slog.Logger, s source, pool chunkenc.Pool) (tsdb.BlockReader, error) {
+	if err := verifyFiles(s, job.SourceChunks == nil); err != nil {
+		return nil, err
+	}
+	if job.SourceChunks == nil {
+		b, err := tsdb.OpenBlock(logger, s.dir, pool, nil)
+		if err != nil {
+			return nil, fmt.Errorf("open: %w", err)
+		}
+		return b, nil
+	}
+	// OpenBlock reads the index and tombstones; its chunks/ is empty, and
+	// Chunks is the stream's.
+	if err := os.MkdirAll(filepath.Join(s.dir, blockmeta.ChunksDirname), 0o755); err != nil {
+		return nil, err
+	}
+	b, err := tsdb.OpenBlock(logger, s.dir, pool, nil)
+	if err != nil {
+		return nil, fmt.Errorf("open: %w", err)
+	}
+	meta := s.meta
+	return streamedBlock{Block: b, chunks: func() (tsdb.ChunkReader, error) { return job.SourceChunks(ctx, meta) }, id: meta.ULID}, nil
+}
+
+// streamedBlock is a source whose chunks are streamed: its Chunks opens a
+// stream reader, whose corruption errors blame the block.
+type streamedBlock struct {
+	*tsdb.Block
+	chunks func() (tsdb.ChunkReader, error)
+	id     ulid.ULID
+}
+
+func (b streamedBlock) Chunks() (tsdb.ChunkReader, error) {
+	cr, err := b.chunks()
+	if err != nil {
+		return nil, err
+	}
+	return blamingChunks{ChunkReader: cr, id: b.id}, nil
+}
+
+// blamingChunks makes a chunk that cannot be read because its bytes are
+// corrupt a SourceError of its block: the merge does not say which block
+// a chunk came from.
+type blamingChunks struct {
+	tsdb.ChunkReader
+	id ulid.ULID
+}
+
+func (b blamingChunks) ChunkOrIterable(m chunks.Meta) (chunkenc.Chunk, chunkenc.Iterable, error) {
+	c, it, err := b.ChunkReader.ChunkOrIterable(m)
+	if err != nil && errors.Is(err, chunkstream.ErrCorrupt) {
+		err = &SourceError{Block: b.id, Err: err}
+	}
+	return c, it, err
+}
+
 // verifyFiles checks the sizes of the files meta.json lists (thanos.files),
 // so a truncated or missing download fails before any work, with a clear
-// message. Blocks without thanos.files are checked by Prometheus' readers.
-func verifyFiles(s source) error {
+// message; chunk segments only when withChunks. Blocks without
+// thanos.files are checked by Prometheus' readers.
+func verifyFiles(s source, withChunks bool) error {
 	if s.meta.Thanos == nil {
 		return nil
 	}
 	for _, f := range s.meta.Thanos.Files {
-		if f.RelPath == blockmeta.MetaFilename {
+		if f.RelPath == blockmeta.MetaFilename || !withChunks && strings.HasPrefix(f.RelPath, blockmeta.ChunksDirname+"/") {
 			continue
 		}
 		fi, err := os.Stat(filepath.Join(s.dir, filepath.FromSlash(f.RelPath)))

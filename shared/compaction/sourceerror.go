@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/oklog/ulid/v2"
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/tsdb"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 	"github.com/prometheus/prometheus/tsdb/chunks"
@@ -33,16 +34,16 @@ func BlamedSource(err error) (ulid.ULID, bool) {
 	return ulid.ULID{}, false
 }
 
-// diagnose reads every series and chunk of each opened source, one at a
-// time, to find the one a failed merge could not read: the merge's error
-// does not say which block a corrupt chunk came from. It returns a
-// *SourceError for the first source that fails, or nil when every source
-// reads (the failure was elsewhere: the output, the disk). It only runs
-// after a failure, so reading everything again costs nothing on the
-// happy path.
-func diagnose(ctx context.Context, readers []tsdb.BlockReader) error {
+// diagnose reads every series (and, withChunks, every chunk) of each
+// opened source, one at a time, to find the one a failed merge could not
+// read: the merge's error does not say which block a corrupt series or
+// chunk came from. It returns a *SourceError for the first source that
+// fails, or nil when every source reads (the failure was elsewhere: the
+// output, the disk). It only runs after a failure, so reading everything
+// again costs nothing on the happy path.
+func diagnose(ctx context.Context, readers []tsdb.BlockReader, withChunks bool) error {
 	for _, r := range readers {
-		if err := readAll(ctx, r); err != nil {
+		if err := readAll(ctx, r, withChunks); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -52,13 +53,17 @@ func diagnose(ctx context.Context, readers []tsdb.BlockReader) error {
 	return nil
 }
 
-// readAll iterates every series of a block and every sample of its chunks.
-func readAll(ctx context.Context, r tsdb.BlockReader) error {
+// readAll iterates every series of a block and, withChunks, every sample
+// of its chunks.
+func readAll(ctx context.Context, r tsdb.BlockReader, withChunks bool) error {
 	ir, err := r.Index()
 	if err != nil {
 		return fmt.Errorf("open index: %w", err)
 	}
 	defer ir.Close()
+	if !withChunks {
+		return readSeries(ctx, ir)
+	}
 	cr, err := r.Chunks()
 	if err != nil {
 		return fmt.Errorf("open chunks: %w", err)
@@ -91,4 +96,23 @@ func readAll(ctx context.Context, r tsdb.BlockReader) error {
 		}
 	}
 	return set.Err()
+}
+
+// readSeries reads every series entry of an index (labels and chunk
+// metas, CRC-checked), not the chunks.
+func readSeries(ctx context.Context, ir tsdb.IndexReader) error {
+	p := tsdb.AllSortedPostings(ctx, ir)
+	var (
+		b    labels.ScratchBuilder
+		chks []chunks.Meta
+	)
+	for p.Next() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := ir.Series(p.At(), &b, &chks); err != nil {
+			return fmt.Errorf("series %d: %w", p.At(), err)
+		}
+	}
+	return p.Err()
 }

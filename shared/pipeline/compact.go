@@ -10,7 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
+	"slices"
 	"syscall"
 	"time"
 
@@ -195,7 +195,7 @@ func (c Compact) fits(ctx context.Context, head records.Group, p int, srcs []rec
 			return records.Failure{Kind: records.FailureDoesNotFit, Message: why + fmt.Sprintf("; %d partitions would fit", n)}, false
 		}
 	}
-	return records.Failure{Kind: records.FailureTooBig, Message: why + fmt.Sprintf("; no partition count up to %d fits (each job reads its unpartitioned sources whole)", pol.MaxPartitions)}, false
+	return records.Failure{Kind: records.FailureTooBig, Message: why + fmt.Sprintf("; no partition count up to %d fits (each job reads all of its unpartitioned sources)", pol.MaxPartitions)}, false
 }
 
 // timeLeft is how long the function may still run (false: no deadline).
@@ -244,6 +244,8 @@ func (c Compact) classify(ctx, work context.Context, err error) (records.Failure
 	default:
 		if id, ok := compaction.BlamedSource(err); ok {
 			f.Kind, f.Block = records.FailureSource, id.String()
+		} else if errors.As(err, new(awsError)) {
+			return f, false
 		} else if errors.As(err, &je) || errors.Is(err, syscall.ENOSPC) {
 			f.Kind = records.FailureOther
 		} else {
@@ -274,10 +276,11 @@ func (c Compact) owner() string {
 	return c.Owner + "#" + hex.EncodeToString(b[:])
 }
 
-// compact downloads the sources partition p needs into a scratch
-// directory, compacts, uploads the output and returns its PENDING record
-// (nil for an empty partition). The scratch directory is removed on every
-// path.
+// compact downloads the indexes of the sources partition p needs into a
+// scratch directory, compacts with their chunks streamed from S3 and the
+// output's chunks streamed to S3, uploads the output's index and returns
+// its PENDING record (nil for an empty partition). No chunk touches the
+// disk. The scratch directory is removed on every path.
 func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []records.Block, log jobLog) (*records.Block, error) {
 	st, err := c.stream(ctx, head, srcs)
 	if err != nil {
@@ -289,11 +292,20 @@ func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []
 	}
 	defer os.RemoveAll(scratch)
 	started := time.Now()
-	dirs, read, err := c.download(ctx, head, p, srcs, scratch, log)
+	dirs, indexRead, err := c.download(ctx, head, p, srcs, scratch, log)
 	if err != nil {
 		return nil, err
 	}
 	outID := outputULID(head, p)
+	k, err := c.Config.Layout.Block(head.Tenant, outID)
+	if err != nil {
+		return nil, err
+	}
+	sources, err := newSourceChunks(c.S3, c.Config.Bucket, c.Config.Layout, srcs)
+	if err != nil {
+		return nil, err
+	}
+	sink := &segmentSink{api: c.S3, bucket: c.Config.Bucket, prefix: k.BlockPrefix(), opts: c.uploadOptions()}
 	res, err := compaction.Compact(ctx, c.Logger, compaction.Job{
 		SourceDirs: dirs, Partition: p, PartitionCount: head.Partitions, ULID: outID,
 		OutDir: filepath.Join(scratch, "out"), ThanosLabels: st.Labels, Resolution: st.Resolution,
@@ -301,15 +313,19 @@ func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []
 			PartitionedGroupID: groupID(head), PartitionCount: head.Partitions, PartitionID: p,
 			PartitionedGroupCreationTime: head.CreatedAt,
 		},
+		SourceChunks: sources.open,
+		Chunks:       sink,
 	})
 	if err != nil {
 		return nil, jobError{err}
 	}
+	streamed := sources.stats()
+	read := indexRead + uint64(streamed.Bytes)
 	if res.Empty {
-		log.InfoContext(ctx, "partition holds no series")
+		log.InfoContext(ctx, "partition holds no series", "readBytes", read)
 		return nil, nil
 	}
-	out, err := c.upload(ctx, head, p, outID, res)
+	out, err := c.upload(ctx, head, p, k, res, sink.uploaded)
 	if err != nil {
 		return nil, err
 	}
@@ -324,9 +340,13 @@ func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []
 	// bytesPerSecond is the figure SLUICE_JOB_THROUGHPUT sizes jobs by
 	// (planning.Estimate): bytes read and written over the job's wall time.
 	log.InfoContext(ctx, "partition compacted and uploaded", "series", res.NumSeries, "samples", res.NumSamples,
-		"files", len(out.Files), "readBytes", read, "writtenBytes", written,
-		"bytesPerSecond", uint64(float64(read+written)/max(took.Seconds(), 1e-3)), "took", took.String())
+		"files", len(out.Files), "readBytes", read, "indexBytesRead", indexRead, "chunkStreams", streamed.Opens, "streamsResumed", streamed.Resumed,
+		"writtenBytes", written, "bytesPerSecond", uint64(float64(read+written)/max(took.Seconds(), 1e-3)), "took", took.String())
 	return out, nil
+}
+
+func (c Compact) uploadOptions() blockstore.UploadOptions {
+	return blockstore.UploadOptions{Parallelism: c.Config.UploadParallelism}
 }
 
 // jobLog is where a job's progress goes.
@@ -358,8 +378,9 @@ func (c Compact) stream(ctx context.Context, head records.Group, srcs []records.
 
 // download gives every source a directory under scratch with its
 // meta.json, so all partitions of a version describe the same sources and
-// time range; only those that can hold series of p get their index and
-// chunks (compaction never opens the others).
+// time range; only those that can hold series of p get their index (and
+// tombstones, if any): their chunks are streamed, and compaction never
+// opens the others. It returns the bytes it downloaded.
 func (c Compact) download(ctx context.Context, head records.Group, p int, srcs []records.Block, scratch string, log jobLog) (dirs []string, read uint64, err error) {
 	skipped := 0
 	started := time.Now()
@@ -380,61 +401,54 @@ func (c Compact) download(ctx context.Context, head records.Group, p int, srcs [
 			skipped++
 			continue
 		}
-		if err := c.downloadSource(ctx, b, dir); err != nil {
+		n, err := c.downloadIndex(ctx, b, dir)
+		if err != nil {
 			return nil, 0, err
 		}
-		for _, f := range b.Files {
-			if tsdbFile(f.RelPath) {
-				read += uint64(max(f.Size, 0))
-			}
-		}
+		read += n
 	}
-	log.InfoContext(ctx, "sources downloaded", "downloaded", len(dirs)-skipped, "skippedByPartitionInfo", skipped, "bytes", read, "took", time.Since(started).String())
+	log.InfoContext(ctx, "source indexes downloaded", "read", len(dirs)-skipped, "skippedByPartitionInfo", skipped, "bytes", read, "took", time.Since(started).String())
 	return dirs, read, nil
 }
 
-// downloadSource fetches a source's index and chunks by their VersionIds.
-func (c Compact) downloadSource(ctx context.Context, b records.Block, dir string) error {
+// downloadIndex fetches a source's index and tombstones by their
+// VersionIds and returns their bytes.
+func (c Compact) downloadIndex(ctx context.Context, b records.Block, dir string) (uint64, error) {
 	id, err := ulid.ParseStrict(b.ID)
 	if err != nil {
-		return fmt.Errorf("source %s: %w", b.Key(), err)
+		return 0, fmt.Errorf("source %s: %w", b.Key(), err)
 	}
 	k, err := c.Config.Layout.Block(b.Tenant, id)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	objs := make([]blockstore.Object, 0, len(b.Files))
+	var (
+		objs []blockstore.Object
+		n    uint64
+	)
 	for _, f := range b.Files {
-		if !tsdbFile(f.RelPath) {
-			continue // another writer's file (e.g. index.cache.json): not block data
+		if f.RelPath != blockkey.IndexFile && f.RelPath != blockkey.TombstonesFile {
+			continue // chunks are streamed; another writer's file (e.g. index.cache.json) is not block data
 		}
 		objs = append(objs, blockstore.Object{Key: k.Object(f.RelPath), VersionID: f.VersionID, Size: f.Size, RelPath: f.RelPath})
+		n += uint64(max(f.Size, 0))
 	}
 	if err := blockstore.Download(ctx, c.S3, c.Config.Bucket, objs, dir, c.Config.DownloadParallelism); err != nil {
 		if errors.Is(err, blockstore.ErrNotFound) || (errors.Is(err, blockstore.ErrSizeMismatch) && !errors.Is(err, io.ErrUnexpectedEOF)) {
 			// Deleted or changed behind Sluice's back: the source is to
 			// blame, not the network.
-			return &compaction.SourceError{Block: id, Err: fmt.Errorf("download: %w", err)}
+			return 0, &compaction.SourceError{Block: id, Err: fmt.Errorf("download: %w", err)}
 		}
-		return fmt.Errorf("download source %s: %w", b.Key(), err)
+		return 0, fmt.Errorf("download source %s: %w", b.Key(), err)
 	}
-	return nil
+	return n, nil
 }
 
-// upload puts the output's files (not its meta.json: the uploader
-// publishes that once the version completes) and returns its record.
-func (c Compact) upload(ctx context.Context, head records.Group, p int, outID ulid.ULID, res *compaction.Result) (*records.Block, error) {
-	k, err := c.Config.Layout.Block(head.Tenant, outID)
-	if err != nil {
-		return nil, err
-	}
-	var rels []string
-	for _, f := range res.Meta.Thanos.Files {
-		if f.RelPath != blockkey.MetaFile {
-			rels = append(rels, f.RelPath)
-		}
-	}
-	up, err := blockstore.Upload(ctx, c.S3, c.Config.Bucket, k.BlockPrefix(), res.Dir, rels, blockstore.UploadOptions{Parallelism: c.Config.UploadParallelism})
+// upload puts the output's index (its chunks were uploaded as they were
+// written; its meta.json the uploader publishes once the version
+// completes) and returns its record.
+func (c Compact) upload(ctx context.Context, head records.Group, p int, k blockkey.Key, res *compaction.Result, segments []blockstore.Uploaded) (*records.Block, error) {
+	up, err := blockstore.Upload(ctx, c.S3, c.Config.Bucket, k.BlockPrefix(), res.Dir, []string{blockkey.IndexFile}, c.uploadOptions())
 	if err != nil {
 		return nil, fmt.Errorf("upload %s: %w", k.BlockKey(), err)
 	}
@@ -445,6 +459,7 @@ func (c Compact) upload(ctx context.Context, head records.Group, p int, outID ul
 	if err := records.CheckMetaSize(metaBody); err != nil {
 		return nil, jobError{fmt.Errorf("output %s: meta.json of %w", k.BlockKey(), err)}
 	}
+	outID := res.Meta.ULID
 	out := &records.Block{
 		Tenant: head.Tenant, ID: outID.String(), Stream: head.Key.Stream, MinT: res.Meta.MinTime, MaxT: res.Meta.MaxTime, Level: head.Key.Level,
 		State: protocol.BlockPending, Gen: 1, ProducedBy: protocol.PartitionRef{VersionRef: protocol.VersionRef{Tenant: head.Tenant, Group: head.Key, Version: head.Version}, Partition: p}.String(),
@@ -454,7 +469,7 @@ func (c Compact) upload(ctx context.Context, head records.Group, p int, outID ul
 	if head.Partitions > 1 {
 		out.PartitionCount, out.PartitionID = head.Partitions, p
 	}
-	for _, u := range up {
+	for _, u := range append(slices.Clone(segments), up...) {
 		out.Files = append(out.Files, records.ObjectVersion{RelPath: u.RelPath, VersionID: u.VersionID, Size: u.Size, ETag: u.ETag, Checksum: u.Checksum})
 		if u.RelPath == blockkey.IndexFile {
 			out.IndexBytes = uint64(u.Size)
@@ -468,9 +483,4 @@ func (c Compact) upload(ctx context.Context, head records.Group, p int, outID ul
 func groupID(g records.Group) uint32 {
 	id := outputULID(g, 0)
 	return uint32(id[10])<<24 | uint32(id[11])<<16 | uint32(id[12])<<8 | uint32(id[13])
-}
-
-// tsdbFile reports the files a TSDB block is read from.
-func tsdbFile(rel string) bool {
-	return rel == blockkey.IndexFile || rel == blockkey.TombstonesFile || strings.HasPrefix(rel, blockkey.ChunksDir+"/")
 }

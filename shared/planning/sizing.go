@@ -24,18 +24,21 @@ const (
 )
 
 // JobEstimate is what one partition job of a version is expected to need,
-// from the sources' recorded sizes. The engine downloads every source the
-// partition does not skip (index and chunks) into scratch and writes its
-// output there before uploading it, so scratch is the opened sources'
-// bytes plus the output's.
+// from the sources' recorded sizes. The engine streams the chunks of every
+// source the partition does not skip from S3 and its output's chunks back
+// to S3, keeping none on disk; it downloads those sources' indexes and
+// writes its output's index locally. So its scratch is indexes only, and
+// its time is every byte it moves.
 type JobEstimate struct {
 	Partition, Partitions int
 	// Opened is how many sources the partition reads (the rest it skips by
 	// their partition_info).
 	Opened int
-	// ReadBytes is what it downloads; OutputBytes what it writes.
+	// ReadBytes is what it reads from S3 (indexes and chunks of the opened
+	// sources); OutputBytes what it writes.
 	ReadBytes, OutputBytes uint64
-	// ScratchBytes is its peak local disk: ReadBytes + OutputBytes.
+	// ScratchBytes is its peak local disk: the opened sources' indexes
+	// and its output's index.
 	ScratchBytes uint64
 	// Series is the partition's share of the group's estimated series.
 	Series uint64
@@ -50,8 +53,8 @@ func (p Policy) Fits(e JobEstimate) (bool, string) {
 	p = p.Defaults()
 	switch {
 	case e.ScratchBytes > p.ScratchBytes:
-		return false, fmt.Sprintf("partition %d of %d needs %s of scratch (%d sources read, %s, and %s written), over the %s budget",
-			e.Partition, e.Partitions, bytesString(e.ScratchBytes), e.Opened, bytesString(e.ReadBytes), bytesString(e.OutputBytes), bytesString(p.ScratchBytes))
+		return false, fmt.Sprintf("partition %d of %d needs %s of scratch for indexes (%d sources read), over the %s budget",
+			e.Partition, e.Partitions, bytesString(e.ScratchBytes), e.Opened, bytesString(p.ScratchBytes))
 	case 2*e.Duration > p.JobTimeout:
 		return false, fmt.Sprintf("partition %d of %d is estimated at %v (%s at %s/s), over half the %v job timeout",
 			e.Partition, e.Partitions, e.Duration.Round(time.Second), bytesString(e.ReadBytes+e.OutputBytes), bytesString(p.Throughput), p.JobTimeout.Round(time.Second))
@@ -71,20 +74,20 @@ func (p Policy) Estimate(srcs []Candidate, part, n int) JobEstimate {
 			continue
 		}
 		e.Opened++
-		size := s.IndexBytes + s.ChunkBytes
-		e.ReadBytes += size
+		e.ReadBytes += s.IndexBytes + s.ChunkBytes
 		// The partition keeps the share of the source's series whose hash
 		// lands in it: all of a source partitioned at least as finely, c/n
 		// of one partitioned more coarsely, 1/n of an unpartitioned one.
-		c := max(s.PartitionCount, 1)
-		if c >= n {
-			e.OutputBytes += size
-		} else {
-			e.OutputBytes += size * uint64(c) / uint64(n)
+		share := func(b uint64) uint64 {
+			if c := uint64(max(s.PartitionCount, 1)); c < uint64(n) {
+				return b * c / uint64(n)
+			}
+			return b
 		}
+		e.OutputBytes += share(s.IndexBytes + s.ChunkBytes)
+		e.ScratchBytes += s.IndexBytes + share(s.IndexBytes)
 	}
-	e.ScratchBytes = e.ReadBytes + e.OutputBytes
-	e.Duration = time.Duration(float64(e.ScratchBytes) / float64(p.Throughput) * float64(time.Second))
+	e.Duration = time.Duration(float64(e.ReadBytes+e.OutputBytes) / float64(p.Throughput) * float64(time.Second))
 	return e
 }
 

@@ -62,8 +62,8 @@ func TestEstimateReadsOnlyWhatThePartitionHolds(t *testing.T) {
 		{MinT: 2 * h, MaxT: 4 * h, Series: 100, IndexBytes: 1 << 20, ChunkBytes: 9 << 20},
 	}
 	e := p.Estimate(whole, 1, 4)
-	if e.Opened != 2 || e.ReadBytes != 20<<20 || e.OutputBytes != 5<<20 || e.ScratchBytes != 25<<20 {
-		t.Errorf("unpartitioned sources: %+v; want both read whole (20 MiB) and a quarter written (5 MiB)", e)
+	if e.Opened != 2 || e.ReadBytes != 20<<20 || e.OutputBytes != 5<<20 || e.ScratchBytes != 5<<19 {
+		t.Errorf("unpartitioned sources: %+v; want both read whole (20 MiB), a quarter written (5 MiB), and on disk only their indexes and a quarter of them (2.5 MiB)", e)
 	}
 	if e.Duration != 25*time.Second {
 		t.Errorf("duration %v at 1 MiB/s, want 25s", e.Duration)
@@ -109,27 +109,46 @@ func TestSize(t *testing.T) {
 		}
 		return out
 	}
+	indexHeavy := func(n int, index uint64) []Candidate {
+		bs := whole(n, gib)
+		for i := range bs {
+			bs[i].IndexBytes, bs[i].ChunkBytes = index, 1<<20
+		}
+		return bs
+	}
 	p := Policy{ScratchBytes: 8 * gib, MaxSeriesPerPartition: 1 << 40}.Defaults()
+	fast := p
+	fast.Throughput = 1 << 40
 	tests := []struct {
-		name string
-		srcs []Candidate
-		n    int
-		fits bool
-		why  string
+		name   string
+		policy Policy
+		srcs   []Candidate
+		n      int
+		fits   bool
+		why    string
 	}{
-		{"small group: one job", whole(6, gib/2), 1, true, ""},
-		// 6 GiB of sources + 6 GiB written at N=1 is over 8 GiB, and + 3
-		// at N=2; at N=4 each job still reads all 6 GiB whole but writes
-		// 1.5: fits.
-		{"a smaller output share needs more partitions", whole(6, gib), 4, true, ""},
-		// 12 GiB of unpartitioned sources: no N fits, every job reads all.
-		{"unpartitioned sources too big for any job", whole(6, 2*gib), 1, false, "of scratch"},
+		{"small group: one job", p, whole(6, gib/2), 1, true, ""},
+		// 6 GiB read and 6 written at 24 MiB/s is 512 s, twice that over
+		// the 15 minutes; at N=2 each job still reads all 6 GiB but writes
+		// 3: 384 s.
+		{"a smaller output share needs more partitions", p, whole(6, gib), 2, true, ""},
+		// 12 GiB of unpartitioned sources: every job reads them all, 512 s
+		// at least: no N fits.
+		{"unpartitioned sources too long for any job", p, whole(6, 2*gib), 1, false, "job timeout"},
 		// The same bytes split in 8 on arrival: partition p of 4 reads
 		// the sources' partitions p and p+4 (3 GiB) and writes them.
-		{"split sources fit once each job reads a share", splitIn(whole(6, 2*gib), 8), 4, true, ""},
+		{"split sources fit once each job reads a share", p, splitIn(whole(6, 2*gib), 8), 4, true, ""},
+		// Chunks never touch the disk; indexes do. 6 indexes of 1 GiB and
+		// the output's (6 GiB at N=1) are over 8 GiB, at N=2 (6 + 3) too,
+		// at N=4 (6 + 1.5) they fit.
+		{"indexes and the output's share of them fill scratch", fast, indexHeavy(6, gib), 4, true, ""},
+		// 12 GiB of indexes: N starts at 8 (2 GiB of index per
+		// partition), and every job still downloads all 12.
+		{"indexes alone over the scratch budget", fast, indexHeavy(6, 2*gib), 8, false, "of scratch"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			p := tc.policy
 			n, fits, why := p.Size(tc.srcs)
 			if n != tc.n || fits != tc.fits || !strings.Contains(why, tc.why) {
 				t.Fatalf("Size = %d, %v, %q; want %d, %v, containing %q", n, fits, why, tc.n, tc.fits, tc.why)

@@ -28,6 +28,9 @@ const (
 	Conflict
 	// Throttled: S3 asked the caller to slow down (503 SlowDown).
 	Throttled
+	// OutOfRange: a ranged GET starts past the object's end (416
+	// InvalidRange).
+	OutOfRange
 )
 
 func (k Kind) String() string {
@@ -40,6 +43,8 @@ func (k Kind) String() string {
 		return "conflict"
 	case Throttled:
 		return "throttled"
+	case OutOfRange:
+		return "out of range"
 	}
 	return "other"
 }
@@ -60,6 +65,8 @@ func Classify(err error) Kind {
 			return Conflict
 		case "SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded":
 			return Throttled
+		case "InvalidRange":
+			return OutOfRange
 		}
 	}
 	var se interface{ HTTPStatusCode() int }
@@ -73,6 +80,8 @@ func Classify(err error) Kind {
 			return Conflict
 		case http.StatusServiceUnavailable:
 			return Throttled
+		case http.StatusRequestedRangeNotSatisfiable:
+			return OutOfRange
 		}
 	}
 	return Other

@@ -38,6 +38,8 @@ func TestClassify(t *testing.T) {
 		{"If-None-Match lost", responseError(412, "PreconditionFailed"), PreconditionFailed},
 		{"conditional write in flight", responseError(409, "ConditionalRequestConflict"), Conflict},
 		{"slow down", responseError(503, "SlowDown"), Throttled},
+		{"range past the end", responseError(416, "InvalidRange"), OutOfRange},
+		{"range past the end, no code", responseError(416, ""), OutOfRange},
 		{"access denied", responseError(403, "AccessDenied"), Other},
 		{"server error", responseError(500, "InternalError"), Other},
 	} {

@@ -20,9 +20,23 @@ import (
 	"github.com/sluice-dev/sluice/tests/testworld"
 )
 
-// sourceBytes is what a job reading every block whole downloads: their
-// index and chunk files.
+// sourceBytes is what a job reading every block whole moves: their index
+// and chunk files.
 func sourceBytes(t *testing.T, blocks []blockgen.Block) uint64 {
+	t.Helper()
+	return blockBytes(t, blocks, func(rel string) bool {
+		return rel == "index" || strings.HasPrefix(rel, "chunks"+string(filepath.Separator))
+	})
+}
+
+// indexBytes is what a job reading every block downloads to its scratch
+// directory: their indexes (chunks are streamed).
+func indexBytes(t *testing.T, blocks []blockgen.Block) uint64 {
+	t.Helper()
+	return blockBytes(t, blocks, func(rel string) bool { return rel == "index" })
+}
+
+func blockBytes(t *testing.T, blocks []blockgen.Block, counts func(rel string) bool) uint64 {
 	t.Helper()
 	var n uint64
 	for _, b := range blocks {
@@ -31,7 +45,7 @@ func sourceBytes(t *testing.T, blocks []blockgen.Block) uint64 {
 				return err
 			}
 			rel, _ := filepath.Rel(b.Dir, path)
-			if !info.IsDir() && (rel == "index" || strings.HasPrefix(rel, "chunks"+string(filepath.Separator))) {
+			if !info.IsDir() && counts(rel) {
 				n += uint64(info.Size())
 			}
 			return nil
@@ -111,9 +125,9 @@ func TestJobThatWouldNotFitIsReplanned(t *testing.T) {
 	}
 }
 
-// TestGroupTooBigForAnyJobIsQuarantined: the sources are larger than the
-// scratch budget, so every partition of any count would download them
-// whole (they are not partitioned) and none fits. The version's job
+// TestGroupTooBigForAnyJobIsQuarantined: the sources' indexes are larger
+// than the scratch budget, so every partition of any count would download
+// them all (the sources are not partitioned) and none fits. The version's job
 // refuses before reading anything and the group is quarantined at once —
 // not after three failed attempts — with the reason status shows; the
 // sources stay as they were, claimed by the version, and readable.
@@ -123,7 +137,7 @@ func TestGroupTooBigForAnyJobIsQuarantined(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	budget := sourceBytes(t, blocks) / 2
+	budget := indexBytes(t, blocks) / 2
 	w := testworld.New(t, testworld.Options{Configure: func(c *config.Config) {
 		c.Policy.Ranges = []time.Duration{12 * time.Hour}
 		c.Policy.ScratchBytes = budget

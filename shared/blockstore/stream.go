@@ -1,0 +1,334 @@
+package blockstore
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/sluice-dev/sluice/shared/s3errors"
+)
+
+// StreamUpload writes one object from a stream of unknown length, holding
+// at most MultipartThreshold bytes plus Parallelism parts in memory and
+// nothing on disk. It follows Upload's rules, so an attempt that writes
+// the same bytes writes the same object: under MultipartThreshold one PUT,
+// else parts of PartSize; If-None-Match on the PUT and on
+// CompleteMultipartUpload; on 412 an object of the same size and checksum
+// is adopted, any other is ErrNotDeterministic.
+//
+// It is not safe for concurrent use. Close or Abort must be called.
+type StreamUpload struct {
+	ctx    context.Context
+	api    S3API
+	bucket string
+	key    string
+	opts   UploadOptions
+
+	held [][]byte // full parts held before the upload is known to be multipart
+	cur  []byte   // the part being filled
+	size int64
+
+	// multipart, once started
+	uploadID *string
+	next     int // parts handed to an uploader
+	sem      chan struct{}
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	parts    []types.CompletedPart // by part index
+	digests  []partSum
+	partErr  error
+
+	err    error // sticky
+	done   bool
+	result Uploaded
+}
+
+// NewStreamUpload starts writing bucket/key; relPath is what Uploaded
+// reports as RelPath.
+func NewStreamUpload(ctx context.Context, api S3API, bucket, key, relPath string, opts UploadOptions) *StreamUpload {
+	opts = opts.withDefaults()
+	return &StreamUpload{ctx: ctx, api: api, bucket: bucket, key: key, opts: opts,
+		result: Uploaded{RelPath: relPath, Key: key}, sem: make(chan struct{}, opts.Parallelism)}
+}
+
+// Write buffers p and sends every full part once the object is known to
+// need a multipart upload.
+func (u *StreamUpload) Write(p []byte) (int, error) {
+	if u.err != nil {
+		return 0, u.err
+	}
+	if u.done {
+		return 0, errors.New("write after close")
+	}
+	written := 0
+	for len(p) > 0 {
+		if u.cur == nil {
+			u.cur = make([]byte, 0, u.opts.PartSize)
+		}
+		n := min(len(p), cap(u.cur)-len(u.cur))
+		u.cur = append(u.cur, p[:n]...)
+		p, written, u.size = p[n:], written+n, u.size+int64(n)
+		if len(u.cur) < cap(u.cur) {
+			continue
+		}
+		full := u.cur
+		u.cur = nil
+		if err := u.partFull(full); err != nil {
+			return written, u.fail(err)
+		}
+	}
+	return written, nil
+}
+
+// partFull takes a full part: held while the object may still be a single
+// PUT, sent once it is bigger than the threshold.
+func (u *StreamUpload) partFull(part []byte) error {
+	if u.uploadID == nil {
+		u.held = append(u.held, part)
+		// Upload's rule is size >= threshold; a stream that has reached
+		// the threshold and goes on is past it.
+		if u.size <= u.opts.MultipartThreshold {
+			return nil
+		}
+		if err := u.startMultipart(); err != nil {
+			return err
+		}
+		return nil
+	}
+	return u.send(part)
+}
+
+func (u *StreamUpload) startMultipart() error {
+	created, err := u.api.CreateMultipartUpload(u.ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String(u.bucket), Key: aws.String(u.key),
+		ChecksumAlgorithm: types.ChecksumAlgorithmSha256})
+	if err != nil {
+		return fmt.Errorf("create multipart upload: %w", err)
+	}
+	u.uploadID = created.UploadId
+	held := u.held
+	u.held = nil
+	for _, part := range held {
+		if err := u.send(part); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// send uploads one part in the background, at most Parallelism at once.
+func (u *StreamUpload) send(part []byte) error {
+	i := u.next
+	u.next++
+	select {
+	case u.sem <- struct{}{}:
+	case <-u.ctx.Done():
+		return u.ctx.Err()
+	}
+	u.mu.Lock()
+	err := u.partErr
+	u.parts = append(u.parts, types.CompletedPart{})
+	u.digests = append(u.digests, partSum{})
+	u.mu.Unlock()
+	if err != nil {
+		<-u.sem
+		return err
+	}
+	u.wg.Add(1)
+	go func() {
+		defer func() { <-u.sem; u.wg.Done() }()
+		m, h := md5.Sum(part), sha256.Sum256(part)
+		sum := partSum{md5: m[:], sha256: h[:]}
+		num := int32(i + 1)
+		out, err := u.api.UploadPart(u.ctx, &s3.UploadPartInput{
+			Bucket:            aws.String(u.bucket),
+			Key:               aws.String(u.key),
+			UploadId:          u.uploadID,
+			PartNumber:        aws.Int32(num),
+			Body:              bytes.NewReader(part),
+			ContentLength:     aws.Int64(int64(len(part))),
+			ContentMD5:        aws.String(base64.StdEncoding.EncodeToString(sum.md5)),
+			ChecksumAlgorithm: types.ChecksumAlgorithmSha256,
+			ChecksumSHA256:    aws.String(base64.StdEncoding.EncodeToString(sum.sha256)),
+		})
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		if err != nil {
+			if u.partErr == nil {
+				u.partErr = fmt.Errorf("upload part %d: %w", num, err)
+			}
+			return
+		}
+		u.digests[i] = sum
+		u.parts[i] = types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(num), ChecksumSHA256: aws.String(base64.StdEncoding.EncodeToString(sum.sha256))}
+	}()
+	return nil
+}
+
+// Close finishes the object: one PUT, or the last part and
+// CompleteMultipartUpload. Uploaded then describes it.
+func (u *StreamUpload) Close() error {
+	if u.err != nil {
+		return u.err
+	}
+	if u.done {
+		return nil
+	}
+	u.done = true
+	var err error
+	if u.uploadID == nil && u.size < u.opts.MultipartThreshold {
+		err = u.putSingle()
+	} else {
+		err = u.complete()
+	}
+	if err != nil {
+		return u.fail(fmt.Errorf("upload s3://%s/%s: %w", u.bucket, u.key, err))
+	}
+	return nil
+}
+
+func (u *StreamUpload) putSingle() error {
+	body := make([]byte, 0, u.size)
+	for _, p := range u.held {
+		body = append(body, p...)
+	}
+	body = append(body, u.cur...)
+	u.held, u.cur = nil, nil
+	parts, err := partDigests(bytes.NewReader(body), int64(len(body)), false, 0)
+	if err != nil {
+		return err
+	}
+	u.result.Size, u.result.ETag, u.result.Checksum = int64(len(body)), expectedETag(parts, false), checksumOf(parts, false)
+	vid, adopted, err := putIfAbsent(u.ctx, u.api, u.bucket, u.key, u.result.Size, u.result.Checksum, func() (string, error) {
+		return putSingle(u.ctx, u.api, u.bucket, u.key, bytes.NewReader(body), int64(len(body)), parts[0])
+	})
+	if err != nil {
+		return err
+	}
+	u.result.VersionID, u.result.Adopted = vid, adopted
+	return nil
+}
+
+func (u *StreamUpload) complete() error {
+	if u.uploadID == nil {
+		if err := u.startMultipart(); err != nil {
+			return err
+		}
+	}
+	if len(u.cur) > 0 {
+		last := u.cur
+		u.cur = nil
+		if err := u.send(last); err != nil {
+			return err
+		}
+	}
+	u.wg.Wait()
+	if u.partErr != nil {
+		return u.partErr
+	}
+	u.result.Size, u.result.ETag, u.result.Checksum = u.size, expectedETag(u.digests, true), checksumOf(u.digests, true)
+	vid, adopted, err := putIfAbsent(u.ctx, u.api, u.bucket, u.key, u.size, u.result.Checksum, func() (string, error) {
+		out, err := u.api.CompleteMultipartUpload(u.ctx, &s3.CompleteMultipartUploadInput{
+			Bucket:          aws.String(u.bucket),
+			Key:             aws.String(u.key),
+			UploadId:        u.uploadID,
+			MultipartUpload: &types.CompletedMultipartUpload{Parts: u.parts},
+			IfNoneMatch:     aws.String("*"),
+		})
+		if err != nil {
+			return "", err
+		}
+		u.uploadID = nil // completed: nothing to abort
+		return deref(out.VersionId), nil
+	})
+	if err != nil {
+		return err
+	}
+	u.result.VersionID, u.result.Adopted = vid, adopted
+	u.abortUpload() // an adopted object leaves our own upload open
+	return nil
+}
+
+// fail makes err sticky and gives up the multipart upload, if any.
+func (u *StreamUpload) fail(err error) error {
+	if u.err == nil {
+		u.err = err
+	}
+	u.wg.Wait()
+	u.abortUpload()
+	u.held, u.cur = nil, nil
+	return u.err
+}
+
+func (u *StreamUpload) abortUpload() {
+	if u.uploadID == nil {
+		return
+	}
+	// Best effort, also when ctx is cancelled; a lifecycle rule cleans up
+	// what this misses.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(u.ctx), 30*time.Second)
+	defer cancel()
+	_, _ = u.api.AbortMultipartUpload(actx, &s3.AbortMultipartUploadInput{Bucket: aws.String(u.bucket), Key: aws.String(u.key), UploadId: u.uploadID})
+	u.uploadID = nil
+}
+
+// Abort gives the upload up: no part of it stays in S3.
+func (u *StreamUpload) Abort() {
+	if u.done && u.err == nil {
+		return
+	}
+	u.done = true
+	_ = u.fail(errors.New("upload aborted"))
+}
+
+// Uploaded describes the object once Close returned nil.
+func (u *StreamUpload) Uploaded() Uploaded { return u.result }
+
+// OpenRange returns object o's bytes from offset to its end, read by its
+// VersionID, after checking that the stored object has o's Size (from
+// Content-Range; SizeUnknown skips it). Errors wrap ErrNotFound or
+// ErrSizeMismatch where they apply.
+func OpenRange(ctx context.Context, api S3API, bucket string, o Object, offset int64) (io.ReadCloser, error) {
+	where := fmt.Sprintf("read s3://%s/%s (version %q) from %d", bucket, o.Key, o.VersionID, offset)
+	in := &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(o.Key), Range: aws.String(fmt.Sprintf("bytes=%d-", offset))}
+	if o.VersionID != "" {
+		in.VersionId = aws.String(o.VersionID)
+	}
+	out, err := api.GetObject(ctx, in)
+	if err != nil {
+		if s3errors.IsNotFound(err) {
+			return nil, fmt.Errorf("%s: %w: %w", where, ErrNotFound, err)
+		}
+		if s3errors.Classify(err) == s3errors.OutOfRange {
+			return nil, fmt.Errorf("%s: past the object's end, recorded %d bytes: %w: %w", where, o.Size, ErrSizeMismatch, err)
+		}
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	total := int64(-1)
+	if cr := deref(out.ContentRange); cr != "" {
+		if i := strings.LastIndexByte(cr, '/'); i >= 0 {
+			if n, err := strconv.ParseInt(cr[i+1:], 10, 64); err == nil {
+				total = n
+			}
+		}
+	} else if out.ContentLength != nil && offset == 0 {
+		total = *out.ContentLength
+	}
+	if o.Size != SizeUnknown && total >= 0 && total != o.Size {
+		_ = out.Body.Close()
+		return nil, fmt.Errorf("%s: %d bytes, recorded %d: %w", where, total, o.Size, ErrSizeMismatch)
+	}
+	return out.Body, nil
+}
