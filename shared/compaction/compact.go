@@ -114,23 +114,61 @@ type source struct {
 // hold the partition (SourceHoldsPartition) is never opened. Running the
 // same job twice writes byte-identical index, chunks and meta.json.
 func Compact(ctx context.Context, logger *slog.Logger, job Job) (*Result, error) {
+	res, err := CompactMany(ctx, logger, []Job{job})
+	if err != nil {
+		return nil, err
+	}
+	return res[0], nil
+}
+
+// CompactMany runs several partitions of one compaction in one pass over
+// the sources: each source's index is read once to route its series, and
+// each chunk is read once and written to its partition. The jobs must
+// agree on everything but Partition, ULID, PartitionInfo and Chunks (the
+// same sources, partition count, output directory, labels, resolution,
+// source, symbols and segment size, and SourceChunks set or not), and name
+// distinct partitions. Each output is byte for byte what Compact of its
+// job alone writes. The results are in jobs order.
+//
+// With every partition of N over one big source, it is the split of that
+// source into N blocks at the cost of reading it once.
+func CompactMany(ctx context.Context, logger *slog.Logger, jobs []Job) ([]*Result, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	if len(jobs) == 0 {
+		return nil, fmt.Errorf("compact: no job: %w", ErrInvalidJob)
+	}
 	start := time.Now()
+	job := jobs[0]
 	n := job.PartitionCount
 	if n == 0 {
 		n = 1
 	}
-	if err := job.validate(n); err != nil {
-		return nil, err
+	for i := range jobs {
+		if err := jobs[i].validate(n); err != nil {
+			return nil, err
+		}
+		if err := job.sameCompaction(jobs[i], jobs[:i]); err != nil {
+			return nil, err
+		}
 	}
 	logger = logger.With("block", job.ULID.String(), "partition", job.Partition, "partitions", n)
+	if len(jobs) > 1 {
+		logger = logger.With("outputs", len(jobs))
+	}
+	results := make([]*Result, len(jobs))
+	for i := range results {
+		results[i] = &Result{}
+	}
 	if len(job.SourceDirs) == 0 {
 		// Every source was left out (e.g. by the caller's own
-		// SourceHoldsPartition check): the partition is empty.
+		// SourceHoldsPartition check): the partitions are empty.
 		logger.Info("partition empty: no sources")
-		return &Result{Empty: true}, nil
+		for _, r := range results {
+			r.Empty = true
+		}
+		return results, nil
 	}
 
 	srcs := make([]source, 0, len(job.SourceDirs))
@@ -155,8 +193,6 @@ func Compact(ctx context.Context, logger *slog.Logger, job Job) (*Result, error)
 		return a.meta.ULID.Compare(b.meta.ULID)
 	})
 
-	out := outputMeta(job, srcs)
-	res := &Result{}
 	pool := chunkenc.NewPool()
 	var readers []tsdb.BlockReader
 	defer func() {
@@ -165,8 +201,16 @@ func Compact(ctx context.Context, logger *slog.Logger, job Job) (*Result, error)
 		}
 	}()
 	for _, s := range srcs {
-		if !SourceHoldsPartition(s.meta, job.Partition, n) {
-			res.Skipped = append(res.Skipped, s.meta.ULID)
+		holds := false
+		for i, j := range jobs {
+			if SourceHoldsPartition(s.meta, j.Partition, n) {
+				results[i].Read = append(results[i].Read, s.meta.ULID)
+				holds = true
+			} else {
+				results[i].Skipped = append(results[i].Skipped, s.meta.ULID)
+			}
+		}
+		if !holds {
 			continue
 		}
 		b, err := job.open(ctx, logger, s, pool)
@@ -174,16 +218,20 @@ func Compact(ctx context.Context, logger *slog.Logger, job Job) (*Result, error)
 			return nil, fmt.Errorf("compact %s: %w", job.ULID, &SourceError{Block: s.meta.ULID, Err: fmt.Errorf("%s: %w", s.dir, err)})
 		}
 		readers = append(readers, b)
-		res.Read = append(res.Read, s.meta.ULID)
 	}
 	if len(readers) == 0 {
-		res.Empty = true
-		logger.Info("partition empty: no source holds it", "skipped", len(res.Skipped))
-		return res, nil
+		logger.Info("partition empty: no source holds it", "skipped", len(srcs))
+		for _, r := range results {
+			r.Empty = true
+		}
+		return results, nil
 	}
 
-	pop := PartitionPopulator{Partition: job.Partition, PartitionCount: n, KeepAllSymbols: job.KeepAllSymbols}
-	dir, err := job.writeBlock(ctx, logger, out, pool, pop, readers)
+	metas := make([]*blockmeta.Meta, len(jobs))
+	for i, j := range jobs {
+		metas[i] = outputMeta(j, srcs)
+	}
+	dirs, err := writeBlocks(ctx, logger, jobs, metas, n, pool, readers)
 	if err != nil {
 		if _, blamed := BlamedSource(err); !blamed && ctx.Err() == nil {
 			// Which source (if any) is to blame? The merge does not say.
@@ -196,16 +244,52 @@ func Compact(ctx context.Context, logger *slog.Logger, job Job) (*Result, error)
 		}
 		return nil, fmt.Errorf("compact %s: %w", job.ULID, err)
 	}
-	res.NumSeries, res.NumSamples = out.Stats.NumSeries, out.Stats.NumSamples
-	if dir == "" {
-		res.Empty = true
-		logger.Info("partition empty: no series hash into it", "read", len(res.Read), "skipped", len(res.Skipped))
-		return res, nil
+	for i, r := range results {
+		out := metas[i]
+		r.NumSeries, r.NumSamples = out.Stats.NumSeries, out.Stats.NumSamples
+		if dirs[i] == "" {
+			r.Empty = true
+			logger.Info("partition empty: no series hash into it", "output", jobs[i].ULID.String(), "partition", jobs[i].Partition, "read", len(r.Read), "skipped", len(r.Skipped))
+			continue
+		}
+		r.Dir, r.Meta = dirs[i], out
+		logger.Info("compacted partition", "output", jobs[i].ULID.String(), "partition", jobs[i].Partition, "series", out.Stats.NumSeries, "samples", out.Stats.NumSamples,
+			"read", len(r.Read), "skipped", len(r.Skipped), "duration", time.Since(start))
 	}
-	res.Dir, res.Meta = dir, out
-	logger.Info("compacted partition", "series", out.Stats.NumSeries, "samples", out.Stats.NumSamples,
-		"read", len(res.Read), "skipped", len(res.Skipped), "duration", time.Since(start))
-	return res, nil
+	return results, nil
+}
+
+// sameCompaction checks that other is another partition of job's
+// compaction, not one of done's.
+func (job Job) sameCompaction(other Job, done []Job) error {
+	bad := func(what string) error {
+		return fmt.Errorf("compact %s: jobs of one pass differ in %s: %w", job.ULID, what, ErrInvalidJob)
+	}
+	sorted := func(dirs []string) []string { d := slices.Clone(dirs); slices.Sort(d); return d }
+	switch {
+	case !slices.Equal(sorted(job.SourceDirs), sorted(other.SourceDirs)):
+		return bad("sources")
+	case max(job.PartitionCount, 1) != max(other.PartitionCount, 1):
+		return bad("partition count")
+	case job.OutDir != other.OutDir || job.Resolution != other.Resolution || job.Source != other.Source ||
+		job.KeepAllSymbols != other.KeepAllSymbols || job.SegmentSize != other.SegmentSize:
+		return bad("output settings")
+	case (job.SourceChunks == nil) != (other.SourceChunks == nil):
+		return bad("how source chunks are read")
+	case len(job.ThanosLabels) != len(other.ThanosLabels):
+		return bad("labels")
+	}
+	for k, v := range job.ThanosLabels {
+		if w, ok := other.ThanosLabels[k]; !ok || w != v {
+			return bad("labels")
+		}
+	}
+	for _, d := range done {
+		if d.Partition == other.Partition || d.ULID == other.ULID {
+			return fmt.Errorf("compact %s: partition %d or output %s given twice: %w", job.ULID, other.Partition, other.ULID, ErrInvalidJob)
+		}
+	}
+	return nil
 }
 
 func (job *Job) validate(n int) error {
@@ -265,93 +349,153 @@ func outputMeta(job Job, srcs []source) *blockmeta.Meta {
 	return m
 }
 
-// writeBlock writes the block to OutDir/<ULID> through a temporary
+// output is one block writeBlocks writes.
+type output struct {
+	job      Job
+	meta     *blockmeta.Meta
+	final    string
+	tmp      string
+	indexw   *index.Writer
+	chunkw   tsdb.ChunkWriter
+	streamed *chunkstream.Writer
+	tm       *tsdb.BlockMeta
+}
+
+// writeBlocks writes each job's block to OutDir/<ULID> through a temporary
 // directory, like tsdb.LeveledCompactor.write but with the caller's ULID,
 // without touching the sources' meta.json and without a tombstones file
-// (Thanos does not upload one); its chunks go to job.Chunks when set. It
-// returns "" when the partition is empty. On error nothing is left in
+// (Thanos does not upload one); its chunks go to job.Chunks when set. The
+// directory of an empty partition is "". On error nothing is left in
 // OutDir.
-func (job Job) writeBlock(ctx context.Context, logger *slog.Logger, m *blockmeta.Meta, pool chunkenc.Pool, pop tsdb.BlockPopulator, readers []tsdb.BlockReader) (dir string, err error) {
-	final := filepath.Join(job.OutDir, m.ULID.String())
-	tmp := final + ".tmp-for-creation"
-	if err := os.RemoveAll(tmp); err != nil {
-		return "", err
-	}
+func writeBlocks(ctx context.Context, logger *slog.Logger, jobs []Job, metas []*blockmeta.Meta, n int, pool chunkenc.Pool, readers []tsdb.BlockReader) (dirs []string, err error) {
+	outs := make([]*output, len(jobs))
+	closed := false
 	defer func() {
-		if rerr := os.RemoveAll(tmp); rerr != nil {
-			err = errors.Join(err, rerr)
+		for _, o := range outs {
+			if o == nil {
+				continue
+			}
+			if !closed && o.indexw != nil {
+				_ = o.chunkw.Close()
+				_ = o.indexw.Close()
+			}
+			if err != nil && o.streamed != nil {
+				o.streamed.Abort()
+			}
+			if rerr := os.RemoveAll(o.tmp); rerr != nil {
+				err = errors.Join(err, rerr)
+			}
 		}
 		if err != nil {
-			dir = ""
+			dirs = nil
 		}
 	}()
-	if err := os.MkdirAll(filepath.Join(tmp, blockmeta.ChunksDirname), 0o755); err != nil {
-		return "", err
-	}
-	var (
-		chunkw   tsdb.ChunkWriter
-		streamed *chunkstream.Writer
-	)
-	if job.Chunks != nil {
-		streamed = chunkstream.NewWriter(ctx, job.Chunks, job.SegmentSize)
-		chunkw = streamed
-	} else {
-		w, err := chunks.NewWriter(filepath.Join(tmp, blockmeta.ChunksDirname), chunks.WithSegmentSize(job.SegmentSize))
-		if err != nil {
-			return "", fmt.Errorf("open chunk writer: %w", err)
+	writers := make([]*partitionWriter, len(jobs))
+	for i, job := range jobs {
+		o, err := openOutput(ctx, job, metas[i])
+		if o != nil {
+			outs[i] = o
 		}
-		chunkw = w
+		if err != nil {
+			return nil, err
+		}
+		writers[i] = &partitionWriter{Partition: job.Partition, Meta: o.tm, Index: o.indexw, Chunks: o.chunkw}
 	}
-	indexw, err := index.NewWriter(ctx, filepath.Join(tmp, blockmeta.IndexFilename))
-	if err != nil {
-		_ = chunkw.Close()
-		return "", fmt.Errorf("open index writer: %w", err)
-	}
-	tm := &tsdb.BlockMeta{ULID: m.ULID, MinTime: m.MinTime, MaxTime: m.MaxTime}
 	merge := storage.NewCompactingChunkSeriesMerger(storage.ChainedSeriesMerge)
-	perr := pop.PopulateBlock(ctx, nil, logger, pool, merge, readers, tm, indexw, chunkw, tsdb.AllSortedPostings)
-	if perr != nil && streamed != nil {
-		streamed.Abort()
+	m := metas[0]
+	perr := populate(ctx, logger, pool, merge, readers, m.MinTime, m.MaxTime, n, jobs[0].KeepAllSymbols, writers, tsdb.AllSortedPostings)
+	var cerr error
+	for _, o := range outs {
+		if perr != nil && o.streamed != nil {
+			o.streamed.Abort()
+		}
+		cerr = errors.Join(cerr, o.chunkw.Close(), o.indexw.Close())
 	}
-	cerr := errors.Join(chunkw.Close(), indexw.Close())
+	closed = true
 	if perr != nil {
-		return "", perr
+		return nil, perr
 	}
 	if cerr != nil {
-		return "", fmt.Errorf("close writers: %w", cerr)
+		return nil, fmt.Errorf("close writers: %w", cerr)
 	}
+	dirs = make([]string, len(outs))
+	for i, o := range outs {
+		if dirs[i], err = o.finish(); err != nil {
+			return nil, err
+		}
+	}
+	return dirs, nil
+}
+
+// openOutput creates a job's temporary directory and its writers.
+func openOutput(ctx context.Context, job Job, m *blockmeta.Meta) (*output, error) {
+	o := &output{job: job, meta: m, final: filepath.Join(job.OutDir, m.ULID.String())}
+	o.tmp = o.final + ".tmp-for-creation"
+	if err := os.RemoveAll(o.tmp); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(o.tmp, blockmeta.ChunksDirname), 0o755); err != nil {
+		return o, err
+	}
+	if job.Chunks != nil {
+		o.streamed = chunkstream.NewWriter(ctx, job.Chunks, job.SegmentSize)
+		o.chunkw = o.streamed
+	} else {
+		w, err := chunks.NewWriter(filepath.Join(o.tmp, blockmeta.ChunksDirname), chunks.WithSegmentSize(job.SegmentSize))
+		if err != nil {
+			return o, fmt.Errorf("open chunk writer: %w", err)
+		}
+		o.chunkw = w
+	}
+	indexw, err := index.NewWriter(ctx, filepath.Join(o.tmp, blockmeta.IndexFilename))
+	if err != nil {
+		_ = o.chunkw.Close()
+		if o.streamed != nil {
+			o.streamed.Abort()
+		}
+		return o, fmt.Errorf("open index writer: %w", err)
+	}
+	o.indexw = indexw
+	o.tm = &tsdb.BlockMeta{ULID: m.ULID, MinTime: m.MinTime, MaxTime: m.MaxTime}
+	return o, nil
+}
+
+// finish writes the output's meta.json and moves it to its final
+// directory; "" for an empty partition.
+func (o *output) finish() (string, error) {
+	m := o.meta
 	m.Stats = blockmeta.Stats{
-		NumSamples:          tm.Stats.NumSamples,
-		NumFloatSamples:     tm.Stats.NumFloatSamples,
-		NumHistogramSamples: tm.Stats.NumHistogramSamples,
-		NumSeries:           tm.Stats.NumSeries,
-		NumChunks:           tm.Stats.NumChunks,
+		NumSamples:          o.tm.Stats.NumSamples,
+		NumFloatSamples:     o.tm.Stats.NumFloatSamples,
+		NumHistogramSamples: o.tm.Stats.NumHistogramSamples,
+		NumSeries:           o.tm.Stats.NumSeries,
+		NumChunks:           o.tm.Stats.NumChunks,
 	}
 	if m.Stats.NumSeries == 0 {
 		return "", nil
 	}
-	files, err := blockmeta.GatherFiles(tmp)
+	files, err := blockmeta.GatherFiles(o.tmp)
 	if err != nil {
 		return "", err
 	}
-	if streamed != nil {
+	if o.streamed != nil {
 		var segs []blockmeta.File
-		for _, w := range streamed.Segments() {
+		for _, w := range o.streamed.Segments() {
 			segs = append(segs, blockmeta.File{RelPath: blockmeta.ChunksDirname + "/" + w.Name, SizeBytes: w.Size})
 		}
 		files = append(segs, files...)
 	}
 	m.Thanos.Files = files
-	if err := m.WriteDir(tmp); err != nil {
+	if err := m.WriteDir(o.tmp); err != nil {
 		return "", fmt.Errorf("write meta.json: %w", err)
 	}
-	if err := os.RemoveAll(final); err != nil {
+	if err := os.RemoveAll(o.final); err != nil {
 		return "", err
 	}
-	if err := os.Rename(tmp, final); err != nil {
+	if err := os.Rename(o.tmp, o.final); err != nil {
 		return "", fmt.Errorf("rename block dir: %w", err)
 	}
-	return final, nil
+	return o.final, nil
 }
 
 // open opens source s: its directory as Prometheus does, or with

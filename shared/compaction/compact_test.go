@@ -692,7 +692,7 @@ func TestStableHashCompatible(t *testing.T) {
 	for _, n := range []uint64{2, 4, 8, 64} {
 		got := 0
 		for part := uint64(0); part < n; part++ {
-			kept, err := lr.filter(context.Background(), tsdb.AllSortedPostings(context.Background(), ir), part, n, false)
+			kept, err := lr.filter(context.Background(), tsdb.AllSortedPostings(context.Background(), ir), 1<<part, n, false)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -39,13 +39,14 @@ const (
 
 // labelReader serves one source block's series labels to the populator.
 type labelReader interface {
-	// filter returns the refs of p whose series hash into partition part
-	// of n (all of them when n == 1) and, when collect is set, remembers
-	// the symbols they use for usedSymbols.
-	filter(ctx context.Context, p index.Postings, part, n uint64, collect bool) ([]storage.SeriesRef, error)
-	// usedSymbols iterates, sorted, the symbols filter collected. The
-	// strings alias the index: valid until Close.
-	usedSymbols() index.StringIter
+	// filter returns the refs of p whose series hash into one of the
+	// partitions of n in parts (a bit per partition; all series when n ==
+	// 1) and, when collect is set, remembers per partition the symbols its
+	// series use, for usedSymbols.
+	filter(ctx context.Context, p index.Postings, parts, n uint64, collect bool) ([]storage.SeriesRef, error)
+	// usedSymbols iterates, sorted, the symbols filter collected for
+	// partition part. The strings alias the index: valid until Close.
+	usedSymbols(part int) index.StringIter
 	// IndexReader returns the block's IndexReader with Series served by
 	// this reader.
 	IndexReader() tsdb.IndexReader
@@ -86,9 +87,9 @@ type fastLabels struct {
 	ir   tsdb.IndexReader
 	mf   *fileutil.MmapFile
 	b    byteSlice
-	offs []uint32 // offset in b of the bytes of symbol i
-	lens []uint32 // their length
-	used []uint64 // bitset over symbols, when collecting
+	offs []uint32   // offset in b of the bytes of symbol i
+	lens []uint32   // their length
+	used [][]uint64 // per partition, a bitset over symbols, when collecting
 	dec  index.Decoder
 }
 
@@ -158,7 +159,7 @@ func (r *fastLabels) entry(ref storage.SeriesRef) (encoding.Decbuf, error) {
 // filter decodes only the symbol references of each series entry and hashes the name/value bytes exactly as
 // labels.StableHash does: xxhash64 over name, 0xff, value, 0xff, ...
 // (TestStableHashCompatible holds it to that).
-func (r *fastLabels) filter(ctx context.Context, p index.Postings, part, n uint64, collect bool) ([]storage.SeriesRef, error) {
+func (r *fastLabels) filter(ctx context.Context, p index.Postings, parts, n uint64, collect bool) ([]storage.SeriesRef, error) {
 	var (
 		kept  []storage.SeriesRef
 		buf   []byte
@@ -166,7 +167,12 @@ func (r *fastLabels) filter(ctx context.Context, p index.Postings, part, n uint6
 		count int
 	)
 	if collect && r.used == nil {
-		r.used = make([]uint64, (len(r.offs)+63)/64)
+		r.used = make([][]uint64, n)
+		for part := range n {
+			if parts&(1<<part) != 0 {
+				r.used[part] = make([]uint64, (len(r.offs)+63)/64)
+			}
+		}
 	}
 	for p.Next() {
 		if count++; count%4096 == 0 {
@@ -187,6 +193,7 @@ func (r *fastLabels) filter(ctx context.Context, p index.Postings, part, n uint6
 		if err := d.Err(); err != nil {
 			return nil, fmt.Errorf("read series %d: %w", ref, err)
 		}
+		part := uint64(0)
 		if n > 1 {
 			buf = buf[:0]
 			for _, o := range refs {
@@ -197,17 +204,18 @@ func (r *fastLabels) filter(ctx context.Context, p index.Postings, part, n uint6
 				buf = append(buf, s...)
 				buf = append(buf, '\xff')
 			}
-			if xxhash.Sum64(buf)%n != part {
+			if part = xxhash.Sum64(buf) % n; parts&(1<<part) == 0 {
 				continue
 			}
 		}
 		kept = append(kept, ref)
 		if collect {
+			used := r.used[part]
 			for _, o := range refs {
 				if int(o) >= len(r.offs) {
 					return nil, fmt.Errorf("read series %d: unknown symbol %d", ref, o)
 				}
-				r.used[o/64] |= 1 << (o % 64)
+				used[o/64] |= 1 << (o % 64)
 			}
 		}
 	}
@@ -221,16 +229,21 @@ func (r *fastLabels) filter(ctx context.Context, p index.Postings, part, n uint6
 // bitset, so the strings handed to the index writer alias the block's
 // mapping (open until the block is closed, after the writer is), exactly
 // like the symbols tsdb.DefaultBlockPopulator passes.
-func (r *fastLabels) usedSymbols() index.StringIter {
-	return &bitsetIter{r: r, lib: r.ir.Symbols(), i: -1}
+func (r *fastLabels) usedSymbols(part int) index.StringIter {
+	var used []uint64
+	if part < len(r.used) {
+		used = r.used[part]
+	}
+	return &bitsetIter{r: r, used: used, lib: r.ir.Symbols(), i: -1}
 }
 
 // bitsetIter yields the symbols whose bit is set, in table (sorted) order.
 type bitsetIter struct {
-	r   *fastLabels
-	lib index.StringIter
-	i   int
-	err error
+	r    *fastLabels
+	used []uint64
+	lib  index.StringIter
+	i    int
+	err  error
 }
 
 func (it *bitsetIter) Next() bool {
@@ -240,7 +253,7 @@ func (it *bitsetIter) Next() bool {
 			it.err = fmt.Errorf("index lists more than %d symbols", len(it.r.offs))
 			return false
 		}
-		if it.r.used != nil && it.r.used[it.i/64]&(1<<(it.i%64)) != 0 {
+		if it.used != nil && it.used[it.i/64]&(1<<(it.i%64)) != 0 {
 			return true
 		}
 	}
@@ -297,10 +310,10 @@ func (f fastIndexReader) Series(ref storage.SeriesRef, b *labels.ScratchBuilder,
 // slowLabels serves blocks fastLabels cannot: through IndexReader.Series.
 type slowLabels struct {
 	ir      tsdb.IndexReader
-	symbols map[string]struct{}
+	symbols []map[string]struct{} // per partition, when collecting
 }
 
-func (s *slowLabels) filter(ctx context.Context, p index.Postings, part, n uint64, collect bool) ([]storage.SeriesRef, error) {
+func (s *slowLabels) filter(ctx context.Context, p index.Postings, parts, n uint64, collect bool) ([]storage.SeriesRef, error) {
 	var (
 		kept    []storage.SeriesRef
 		builder labels.ScratchBuilder
@@ -308,7 +321,12 @@ func (s *slowLabels) filter(ctx context.Context, p index.Postings, part, n uint6
 		count   int
 	)
 	if collect && s.symbols == nil {
-		s.symbols = map[string]struct{}{}
+		s.symbols = make([]map[string]struct{}, n)
+		for part := range n {
+			if parts&(1<<part) != 0 {
+				s.symbols[part] = map[string]struct{}{}
+			}
+		}
 	}
 	for p.Next() {
 		if count++; count%4096 == 0 {
@@ -321,19 +339,23 @@ func (s *slowLabels) filter(ctx context.Context, p index.Postings, part, n uint6
 			return nil, fmt.Errorf("read series %d: %w", ref, err)
 		}
 		builder.Overwrite(&lset)
-		if n > 1 && labels.StableHash(lset)%n != part {
-			continue
+		part := uint64(0)
+		if n > 1 {
+			if part = labels.StableHash(lset) % n; parts&(1<<part) == 0 {
+				continue
+			}
 		}
 		kept = append(kept, ref)
 		if collect {
 			// lset aliases builder memory that the next series
 			// overwrites: clone what goes into the map.
+			syms := s.symbols[part]
 			lset.Range(func(l labels.Label) {
-				if _, ok := s.symbols[l.Name]; !ok {
-					s.symbols[strings.Clone(l.Name)] = struct{}{}
+				if _, ok := syms[l.Name]; !ok {
+					syms[strings.Clone(l.Name)] = struct{}{}
 				}
-				if _, ok := s.symbols[l.Value]; !ok {
-					s.symbols[strings.Clone(l.Value)] = struct{}{}
+				if _, ok := syms[l.Value]; !ok {
+					syms[strings.Clone(l.Value)] = struct{}{}
 				}
 			})
 		}
@@ -344,9 +366,13 @@ func (s *slowLabels) filter(ctx context.Context, p index.Postings, part, n uint6
 	return kept, nil
 }
 
-func (s *slowLabels) usedSymbols() index.StringIter {
-	syms := make([]string, 0, len(s.symbols))
-	for k := range s.symbols {
+func (s *slowLabels) usedSymbols(part int) index.StringIter {
+	var used map[string]struct{}
+	if part < len(s.symbols) {
+		used = s.symbols[part]
+	}
+	syms := make([]string, 0, len(used))
+	for k := range used {
 		syms = append(syms, k)
 	}
 	slices.Sort(syms)

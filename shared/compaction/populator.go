@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
@@ -40,8 +41,38 @@ func (p PartitionPopulator) PopulateBlock(ctx context.Context, metrics *tsdb.Com
 	if p.Partition < 0 || p.Partition >= n {
 		return fmt.Errorf("partition %d out of range [0, %d)", p.Partition, n)
 	}
+	if metrics != nil {
+		metrics.PopulatingBlocks.Set(1)
+		defer metrics.PopulatingBlocks.Set(0)
+	}
+	out := &partitionWriter{Partition: p.Partition, Meta: meta, Index: indexw, Chunks: chunkw}
+	return populate(ctx, logger, chunkPool, mergeFunc, blocks, meta.MinTime, meta.MaxTime, n, p.KeepAllSymbols, []*partitionWriter{out}, postingsFunc)
+}
+
+// partitionWriter is one partition populate writes: its writers, and the
+// meta whose Stats it fills.
+type partitionWriter struct {
+	Partition int
+	Meta      *tsdb.BlockMeta
+	Index     tsdb.IndexWriter
+	Chunks    tsdb.ChunkWriter
+	ref       storage.SeriesRef
+}
+
+// populate writes partitions outs[i].Partition of n of the union of
+// blocks over [minT, maxT), each to its own writers, in one pass over the
+// sources: each source's series entries are read once to find which of
+// the wanted partitions each series falls in (and which symbols each
+// partition uses), and each chunk is read once and written to its
+// partition. With one partition that is PartitionPopulator's job; with
+// all n, a split of the sources into n blocks at the cost of reading them
+// once.
+func populate(ctx context.Context, logger *slog.Logger, chunkPool chunkenc.Pool, mergeFunc storage.VerticalChunkSeriesMergeFunc, blocks []tsdb.BlockReader, minT, maxT int64, n int, keepAll bool, outs []*partitionWriter, postingsFunc tsdb.IndexReaderPostingsFunc) (err error) {
 	if len(blocks) == 0 {
 		return errors.New("cannot populate block from no readers")
+	}
+	if len(outs) == 0 {
+		return errors.New("no partition to populate")
 	}
 	if postingsFunc == nil {
 		postingsFunc = tsdb.AllSortedPostings
@@ -52,9 +83,16 @@ func (p PartitionPopulator) PopulateBlock(ctx context.Context, metrics *tsdb.Com
 	if chunkPool == nil {
 		chunkPool = chunkenc.NewPool()
 	}
-	if metrics != nil {
-		metrics.PopulatingBlocks.Set(1)
-		defer metrics.PopulatingBlocks.Set(0)
+	var (
+		wanted uint64
+		byPart = make([]*partitionWriter, n)
+	)
+	for _, o := range outs {
+		if o.Partition < 0 || o.Partition >= n || byPart[o.Partition] != nil {
+			return fmt.Errorf("partition %d out of range [0, %d) or given twice", o.Partition, n)
+		}
+		byPart[o.Partition] = o
+		wanted |= 1 << o.Partition
 	}
 	var closers []io.Closer
 	defer func() {
@@ -67,9 +105,9 @@ func (p PartitionPopulator) PopulateBlock(ctx context.Context, metrics *tsdb.Com
 
 	var (
 		sets []storage.ChunkSeriesSet
-		syms index.StringIter
+		syms = make([]index.StringIter, len(outs))
 	)
-	for i, b := range blocks {
+	for _, b := range blocks {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -96,8 +134,8 @@ func (p PartitionPopulator) PopulateBlock(ctx context.Context, metrics *tsdb.Com
 		closers = append(closers, lr)
 
 		postings := postingsFunc(ctx, indexr)
-		if n > 1 || !p.KeepAllSymbols {
-			kept, err := lr.filter(ctx, postings, uint64(p.Partition), uint64(n), !p.KeepAllSymbols)
+		if n > 1 || !keepAll {
+			kept, err := lr.filter(ctx, postings, wanted, uint64(n), !keepAll)
 			if err != nil {
 				return fmt.Errorf("source block %s: %w", id, err)
 			}
@@ -109,27 +147,31 @@ func (p PartitionPopulator) PopulateBlock(ctx context.Context, metrics *tsdb.Com
 				postings = postingsFunc(ctx, indexr)
 			}
 		}
-		// Blocks are half-open [min, max): exclude samples at meta.MaxTime.
-		sets = append(sets, tsdb.NewBlockChunkSeriesSet(id, lr.IndexReader(), chunkr, tombsr, postings, meta.MinTime, meta.MaxTime-1, false))
-		bs := lr.usedSymbols()
-		if p.KeepAllSymbols {
-			bs = indexr.Symbols()
-		}
-		if i == 0 {
-			syms = bs
-		} else {
-			syms = tsdb.NewMergedStringIter(syms, bs)
+		// Blocks are half-open [min, max): exclude samples at maxT.
+		sets = append(sets, tsdb.NewBlockChunkSeriesSet(id, lr.IndexReader(), chunkr, tombsr, postings, minT, maxT-1, false))
+		for i, o := range outs {
+			bs := lr.usedSymbols(o.Partition)
+			if keepAll {
+				bs = indexr.Symbols()
+			}
+			if syms[i] == nil {
+				syms[i] = bs
+			} else {
+				syms[i] = tsdb.NewMergedStringIter(syms[i], bs)
+			}
 		}
 	}
 
 	// Sorted and deduplicated across sources by the merge.
-	for syms.Next() {
-		if err := indexw.AddSymbol(syms.At()); err != nil {
-			return fmt.Errorf("add symbol: %w", err)
+	for i, o := range outs {
+		for syms[i].Next() {
+			if err := o.Index.AddSymbol(syms[i].At()); err != nil {
+				return fmt.Errorf("add symbol: %w", err)
+			}
 		}
-	}
-	if err := syms.Err(); err != nil {
-		return fmt.Errorf("read symbols: %w", err)
+		if err := syms[i].Err(); err != nil {
+			return fmt.Errorf("read symbols: %w", err)
+		}
 	}
 
 	set := sets[0]
@@ -137,7 +179,6 @@ func (p PartitionPopulator) PopulateBlock(ctx context.Context, metrics *tsdb.Com
 		set = storage.NewMergeChunkSeriesSet(sets, 0, mergeFunc)
 	}
 	var (
-		ref  storage.SeriesRef
 		chks []chunks.Meta
 		it   chunks.Iterator
 	)
@@ -146,6 +187,11 @@ func (p PartitionPopulator) PopulateBlock(ctx context.Context, metrics *tsdb.Com
 			return err
 		}
 		s := set.At()
+		o := outs[0]
+		if len(outs) > 1 {
+			// Every series kept hashes into a wanted partition.
+			o = byPart[labels.StableHash(s.Labels())%uint64(n)]
+		}
 		it = s.Iterator(it)
 		chks = chks[:0]
 		for it.Next() {
@@ -157,34 +203,37 @@ func (p PartitionPopulator) PopulateBlock(ctx context.Context, metrics *tsdb.Com
 		if len(chks) == 0 { // every chunk deleted by tombstones
 			continue
 		}
-		if err := chunkw.WriteChunks(chks...); err != nil {
+		if err := o.Chunks.WriteChunks(chks...); err != nil {
 			return fmt.Errorf("write chunks: %w", err)
 		}
-		if err := indexw.AddSeries(ref, s.Labels(), chks...); err != nil {
+		if err := o.Index.AddSeries(o.ref, s.Labels(), chks...); err != nil {
 			return fmt.Errorf("add series: %w", err)
 		}
-		meta.Stats.NumSeries++
-		meta.Stats.NumChunks += uint64(len(chks))
+		st := &o.Meta.Stats
+		st.NumSeries++
+		st.NumChunks += uint64(len(chks))
 		for _, c := range chks {
 			ns := uint64(c.Chunk.NumSamples())
-			meta.Stats.NumSamples += ns
+			st.NumSamples += ns
 			switch c.Chunk.Encoding() {
 			case chunkenc.EncHistogram, chunkenc.EncFloatHistogram, chunkenc.EncHistogramST, chunkenc.EncFloatHistogramST:
-				meta.Stats.NumHistogramSamples += ns
+				st.NumHistogramSamples += ns
 			default:
-				meta.Stats.NumFloatSamples += ns
+				st.NumFloatSamples += ns
 			}
 			if err := chunkPool.Put(c.Chunk); err != nil {
 				return fmt.Errorf("put chunk: %w", err)
 			}
 		}
-		ref++
+		o.ref++
 	}
 	if err := set.Err(); err != nil {
 		return fmt.Errorf("merge sources: %w", err)
 	}
 	if logger != nil {
-		logger.Debug("populated partition", "partition", p.Partition, "partitions", n, "series", meta.Stats.NumSeries)
+		for _, o := range outs {
+			logger.Debug("populated partition", "partition", o.Partition, "partitions", n, "series", o.Meta.Stats.NumSeries)
+		}
 	}
 	return nil
 }
