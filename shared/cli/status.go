@@ -216,6 +216,8 @@ type GroupStatus struct {
 	Level      int    `json:"level"`
 	RangeStart int64  `json:"rangeStart"`
 	RangeEnd   int64  `json:"rangeEnd"`
+	// Split is the block a split group splits ("" for a range's group).
+	Split      string `json:"split,omitempty"`
 	Version    int64  `json:"version"`
 	State      string `json:"state"`
 	Partitions int    `json:"partitions"`
@@ -433,6 +435,9 @@ func tenantStatus(ctx context.Context, st *records.Store, pol planning.Policy, t
 		}
 		if g.Key.Level >= 1 && g.Key.Level <= pol.TopLevel() {
 			gs.RangeEnd = pol.End(g.Key)
+		}
+		if g.Key.IsSplit() {
+			gs.Split, gs.RangeEnd = g.Key.Block, g.Key.RangeStart+pol.Slot.Milliseconds()
 		}
 		if g.State.Unfinished() || allGroups {
 			parts, err := st.Partitions(ctx, tenant, g.Key, g.Version)

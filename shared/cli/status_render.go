@@ -107,6 +107,9 @@ func (t TenantStatus) render(w io.Writer, now time.Time, allGroups bool) {
 		fmt.Fprintln(tw, "  GROUP\tRANGE\tVERSION\tSTATE\tPARTITIONS\tSOURCES\tUPDATED")
 		for _, g := range shown {
 			name := fmt.Sprintf("L%d", g.Level)
+			if g.Split != "" {
+				name = "split " + g.Split
+			}
 			if withStreams {
 				name += " " + g.Stream
 			}

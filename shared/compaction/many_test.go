@@ -40,9 +40,8 @@ func TestCompactManyWritesWhatEachJobWrites(t *testing.T) {
 				j.SegmentSize = 32 << 10
 				jobs = append(jobs, j)
 			}
-			srcs := tc.srcs
 			if tc.streamed {
-				srcs = copyBlocks(t, tc.srcs, filepath.Join(base, "copy"))
+				srcs := copyBlocks(t, tc.srcs, filepath.Join(base, "copy"))
 				open := detachChunks(t, srcs)
 				for i := range jobs {
 					jobs[i].SourceDirs, jobs[i].SourceChunks = srcs, open

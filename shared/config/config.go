@@ -50,7 +50,9 @@ type Config struct {
 	// limits). Job sizing (planning.Size): SLUICE_SCRATCH_BYTES (8 GiB),
 	// SLUICE_JOB_THROUGHPUT (bytes/s, 24 MiB), SLUICE_JOB_TIMEOUT (the
 	// compact function's timeout, 15m; Policy.JobTimeout is that less
-	// DeadlineMargin), SLUICE_SERIES_CHURN (0.2).
+	// DeadlineMargin), SLUICE_SERIES_CHURN (0.2). Splitting big level-0
+	// blocks on arrival: SLUICE_SPLIT_BYTES (256 MiB; "never" turns it
+	// off).
 	Policy planning.Policy
 	// DeletionDelay is how long a retired source stays readable, with its
 	// deletion mark, before it is deleted (SLUICE_DELETION_DELAY, default
@@ -266,6 +268,15 @@ func Load(getenv func(string) string) (Config, error) {
 			errs = append(errs, fmt.Sprintf("SLUICE_SERIES_CHURN=%q: want a fraction in (0, 1]", v))
 		}
 		c.Policy.SeriesChurn = f
+	}
+	switch v := getenv("SLUICE_SPLIT_BYTES"); v {
+	case "":
+	case "never":
+		c.Policy.SplitBytes = planning.NeverSplit
+	default:
+		if c.Policy.SplitBytes = num("SLUICE_SPLIT_BYTES"); c.Policy.SplitBytes == 0 {
+			errs = append(errs, fmt.Sprintf("SLUICE_SPLIT_BYTES=%q: want a size in bytes above 0, or never", v))
+		}
 	}
 	switch v := getenv(EnvPartitioning); v {
 	case "", PartitioningAuto:

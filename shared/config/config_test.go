@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/shared/planning"
 )
 
 func env(kv ...string) func(string) string {
@@ -41,6 +43,8 @@ func TestLoadRejects(t *testing.T) {
 		{"bad number", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_MAX_SERIES_PER_PARTITION", "many"), "whole number"},
 		{"job timeout within the margin", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_JOB_TIMEOUT", "30s"), "SLUICE_JOB_TIMEOUT"},
 		{"churn out of range", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_SERIES_CHURN", "1.5"), "SLUICE_SERIES_CHURN"},
+		{"split size zero", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_SPLIT_BYTES", "0"), "SLUICE_SPLIT_BYTES"},
+		{"split size not a number", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_SPLIT_BYTES", "1GiB"), "SLUICE_SPLIT_BYTES"},
 		{"bad scratch budget", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_SCRATCH_BYTES", "8GiB"), "SLUICE_SCRATCH_BYTES"},
 		{"unknown bucket index", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_BUCKET_INDEX", "loki"), "SLUICE_BUCKET_INDEX"},
 		{"bucket index in a Thanos bucket", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_LAYOUT", "single-tenant", "SLUICE_TENANT", "x",
@@ -107,17 +111,21 @@ func TestJobSizingSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Policy.JobTimeout != 14*time.Minute || c.Policy.ScratchBytes != 8<<30 || c.Policy.SeriesChurn != 0.2 {
-		t.Fatalf("defaults: job time %v, scratch %d, churn %g; want 14m (15m less the 1m margin), 8 GiB, 0.2",
-			c.Policy.JobTimeout, c.Policy.ScratchBytes, c.Policy.SeriesChurn)
+	if c.Policy.JobTimeout != 14*time.Minute || c.Policy.ScratchBytes != 8<<30 || c.Policy.SeriesChurn != 0.2 || c.Policy.SplitBytes != 256<<20 {
+		t.Fatalf("defaults: job time %v, scratch %d, churn %g, split from %d; want 14m (15m less the 1m margin), 8 GiB, 0.2, 256 MiB",
+			c.Policy.JobTimeout, c.Policy.ScratchBytes, c.Policy.SeriesChurn, c.Policy.SplitBytes)
 	}
 	c, err = Load(env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_JOB_TIMEOUT", "10m", "SLUICE_DEADLINE_MARGIN", "2m",
-		"SLUICE_SCRATCH_BYTES", "1073741824", "SLUICE_JOB_THROUGHPUT", "1048576", "SLUICE_SERIES_CHURN", "1"))
+		"SLUICE_SCRATCH_BYTES", "1073741824", "SLUICE_JOB_THROUGHPUT", "1048576", "SLUICE_SERIES_CHURN", "1", "SLUICE_SPLIT_BYTES", "1024"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Policy.JobTimeout != 8*time.Minute || c.Policy.ScratchBytes != 1<<30 || c.Policy.Throughput != 1<<20 || c.Policy.SeriesChurn != 1 {
+	if c.Policy.JobTimeout != 8*time.Minute || c.Policy.ScratchBytes != 1<<30 || c.Policy.Throughput != 1<<20 || c.Policy.SeriesChurn != 1 || c.Policy.SplitBytes != 1024 {
 		t.Fatalf("overrides: %+v", c.Policy)
+	}
+	c, err = Load(env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_SPLIT_BYTES", "never"))
+	if err != nil || c.Policy.SplitBytes != planning.NeverSplit {
+		t.Fatalf("never: %d, %v", c.Policy.SplitBytes, err)
 	}
 }
 

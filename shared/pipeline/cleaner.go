@@ -340,6 +340,9 @@ func (c Cleaner) retryFailed(ctx context.Context, head records.Group, parts []re
 			if err := c.sendJobs(ctx, head, []int{p.Index}, int64(p.Failures)); err != nil {
 				return err
 			}
+			if head.Key.IsSplit() {
+				return nil // its one job retries every partition
+			}
 		}
 	}
 	return nil

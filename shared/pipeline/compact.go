@@ -40,14 +40,16 @@ func (c Compact) records() jobRecords { return c.Store }
 
 // jobRecords is what a compaction job reads and writes of the records:
 // its version, sources and stream, and the lease, commit and failure of
-// its partition. Nothing else — a job never touches blocks' states.
+// its partitions. Nothing else — a job never touches blocks' states.
 type jobRecords interface {
 	GetGroup(ctx context.Context, tenant string, g planning.GroupKey) (records.Group, bool, error)
 	GetBlocks(ctx context.Context, tenant string, ids []string) ([]records.Block, error)
 	GetStream(ctx context.Context, tenant, id string) (records.StreamRecord, bool, error)
+	Partitions(ctx context.Context, tenant string, g planning.GroupKey, v int64) ([]records.Partition, error)
 	Lease(ctx context.Context, tenant string, g planning.GroupKey, v int64, p int, owner string, now, leaseUntil time.Time, maxFailures int) (int, error)
-	Commit(ctx context.Context, tenant string, g planning.GroupKey, v int64, p int, owner string, output *records.Block, ranges []planning.GroupKey, now time.Time) error
-	RecordFailure(ctx context.Context, tenant string, g planning.GroupKey, v int64, p int, owner string, f records.Failure, now time.Time) error
+	LeaseAll(ctx context.Context, tenant string, g planning.GroupKey, v int64, parts []records.Partition, owner string, now, leaseUntil time.Time, maxFailures int) ([]int, error)
+	CommitAll(ctx context.Context, tenant string, g planning.GroupKey, v int64, owner string, parts []records.Committed, now time.Time) error
+	RecordFailureAll(ctx context.Context, tenant string, g planning.GroupKey, v int64, ps []int, owner string, f records.Failure, now time.Time) error
 }
 
 // Handle processes a batch from the compaction-jobs queue.
@@ -67,12 +69,15 @@ func (c Compact) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 	}), nil
 }
 
-// Run executes one job. A job that finds its partition done, leased by a
-// live worker, or its version no longer current acknowledges and stops.
+// Run executes one job: its partition, or — for a split version — every
+// partition of the version it can lease, written in one pass over the
+// split block (so the block is read once). A job that finds its
+// partitions done, leased by a live worker, or its version no longer
+// current acknowledges and stops.
 //
 // A job whose own work fails — a source it cannot read, a compaction
 // error, an output that is not deterministic, running out of its
-// function's time — records the failed attempt (fenced on its lease),
+// function's time — records the failed attempt (fenced on its leases),
 // tells the cleaner and acknowledges: the cleaner retries it or, after
 // MaxJobAttempts failures, quarantines. A failure to reach AWS is
 // returned, and SQS redelivers the job.
@@ -88,7 +93,7 @@ func (c Compact) Run(ctx context.Context, job messages.Job) error {
 	if err := c.step(ctx, "compact.before-lease", ref); err != nil {
 		return err
 	}
-	attempt, err := c.records().Lease(ctx, job.Tenant, g, job.Version, job.Partition, owner, now, now.Add(c.Config.LeaseDuration), c.Config.MaxJobAttempts)
+	parts, attempt, err := c.lease(ctx, job, g, owner, now)
 	if err != nil {
 		if errors.Is(err, records.ErrAttemptsExhausted) {
 			log.WarnContext(ctx, "the version's jobs failed too often; not running again, the cleaner quarantines", "err", err)
@@ -100,7 +105,14 @@ func (c Compact) Run(ctx context.Context, job messages.Job) error {
 		}
 		return err
 	}
+	if len(parts) == 0 {
+		log.InfoContext(ctx, "job not taken: every partition of the split is done or leased by a live worker")
+		return nil
+	}
 	log = log.With("attempt", attempt, "owner", owner)
+	if len(parts) > 1 {
+		log = log.With("partitions", parts)
+	}
 	log.InfoContext(ctx, "lease taken")
 	head, ok, err := c.records().GetGroup(ctx, job.Tenant, g)
 	if err != nil {
@@ -121,31 +133,32 @@ func (c Compact) Run(ctx context.Context, job messages.Job) error {
 		return err
 	}
 	if f, ok := c.fits(ctx, head, job.Partition, srcs); !ok {
-		return c.fail(ctx, job, g, owner, f, log)
+		return c.fail(ctx, job, g, parts, owner, f, log)
 	}
 	work, stop := c.workContext(ctx)
 	started := time.Now()
-	out, err := c.compact(work, head, job.Partition, srcs, log)
+	outs, err := c.compact(work, head, parts, srcs, log)
 	f, counted := c.classify(ctx, work, err)
 	stop()
 	if err != nil {
 		if !counted {
 			return fmt.Errorf("compact %s: %w", ref, err)
 		}
-		return c.fail(ctx, job, g, owner, f, log)
+		return c.fail(ctx, job, g, parts, owner, f, log)
 	}
 	if left, ok := c.timeLeft(ctx); ok && left < c.Config.DeadlineMargin {
-		return c.fail(ctx, job, g, owner, records.Failure{Kind: records.FailureDeadline,
+		return c.fail(ctx, job, g, parts, owner, records.Failure{Kind: records.FailureDeadline,
 			Message: fmt.Sprintf("finished %v before the function's deadline, inside the %v margin: not committing", left.Round(time.Second), c.Config.DeadlineMargin)}, log)
 	}
 	if err := c.step(ctx, "compact.before-commit", ref); err != nil {
 		return err
 	}
-	var ranges []planning.GroupKey
-	if out != nil {
-		ranges = c.Config.Policy.MemberRanges(g.Stream, g.Level, out.MinT, out.MaxT)
+	for i := range outs {
+		if out := outs[i].Output; out != nil {
+			outs[i].Ranges = c.Config.Policy.MemberRanges(g.Stream, g.Level, out.MinT, out.MaxT)
+		}
 	}
-	if err := c.records().Commit(ctx, job.Tenant, g, job.Version, job.Partition, owner, out, ranges, c.now()); err != nil {
+	if err := c.records().CommitAll(ctx, job.Tenant, g, job.Version, owner, outs, c.now()); err != nil {
 		if !records.IsConditionLost(err) {
 			return err
 		}
@@ -154,15 +167,45 @@ func (c Compact) Run(ctx context.Context, job messages.Job) error {
 		log.WarnContext(ctx, "commit lost: version superseded or lease taken over", "lost", err)
 		return c.Send.Cleaner(ctx, messages.CleanerNote{Tenant: job.Tenant, Group: job.Group, Version: job.Version, Why: "lost-commit", Nonce: owner})
 	}
-	log.InfoContext(ctx, "partition committed", "output", job.Output, "empty", out == nil)
 	m := metrics.From(ctx)
-	m.Add(metrics.Compactions, 1, job.Tenant)
-	m.Add(metrics.JobDuration, time.Since(started).Seconds(), job.Tenant)
-	if out != nil {
-		m.Add(metrics.SeriesCompacted, float64(out.Series), job.Tenant)
-		m.Add(metrics.SamplesCompacted, float64(out.Samples), job.Tenant)
+	for _, o := range outs {
+		log.InfoContext(ctx, "partition committed", "outputPartition", o.Partition, "output", outputULID(head, o.Partition).String(), "empty", o.Output == nil)
+		m.Add(metrics.Compactions, 1, job.Tenant)
+		if o.Output != nil {
+			m.Add(metrics.SeriesCompacted, float64(o.Output.Series), job.Tenant)
+			m.Add(metrics.SamplesCompacted, float64(o.Output.Samples), job.Tenant)
+		}
 	}
+	m.Add(metrics.JobDuration, time.Since(started).Seconds(), job.Tenant)
 	return c.Send.Cleaner(ctx, messages.CleanerNote{Tenant: job.Tenant, Group: job.Group, Version: job.Version, Why: "commit", Nonce: fmt.Sprint(job.Partition)})
+}
+
+// lease takes the job's partition, or for a split every partition it can
+// (one job writes them all), and returns them with the attempt number.
+func (c Compact) lease(ctx context.Context, job messages.Job, g planning.GroupKey, owner string, now time.Time) ([]int, int, error) {
+	until := now.Add(c.Config.LeaseDuration)
+	if !g.IsSplit() {
+		attempt, err := c.records().Lease(ctx, job.Tenant, g, job.Version, job.Partition, owner, now, until, c.Config.MaxJobAttempts)
+		if err != nil {
+			return nil, 0, err
+		}
+		return []int{job.Partition}, attempt, nil
+	}
+	parts, err := c.records().Partitions(ctx, job.Tenant, g, job.Version)
+	if err != nil {
+		return nil, 0, err
+	}
+	leased, err := c.records().LeaseAll(ctx, job.Tenant, g, job.Version, parts, owner, now, until, c.Config.MaxJobAttempts)
+	if err != nil || len(leased) == 0 {
+		return nil, 0, err
+	}
+	attempt := 0
+	for _, p := range parts {
+		if slices.Contains(leased, p.Index) {
+			attempt = max(attempt, p.Attempt+1)
+		}
+	}
+	return leased, attempt, nil
 }
 
 // fits sizes the job before it reads anything (planning.Estimate over the
@@ -185,6 +228,14 @@ func (c Compact) fits(ctx context.Context, head records.Group, p int, srcs []rec
 	cands := make([]planning.Candidate, len(srcs))
 	for i, b := range srcs {
 		cands[i] = candidate(b)
+	}
+	if head.Key.IsSplit() && len(cands) == 1 {
+		// One job reads the block once and writes every partition: more
+		// partitions would not make it smaller.
+		if ok, why := pol.Fits(pol.EstimateSplit(cands[0], head.Partitions)); !ok {
+			return records.Failure{Kind: records.FailureTooBig, Message: "the split of " + cands[0].ID + ": " + why}, false
+		}
+		return records.Failure{}, true
 	}
 	ok, why := pol.Fits(pol.Estimate(cands, p, head.Partitions))
 	if ok {
@@ -255,12 +306,13 @@ func (c Compact) classify(ctx, work context.Context, err error) (records.Failure
 	return f, true
 }
 
-// fail records a failed attempt and tells the cleaner, which retries the
-// partition or quarantines; the job message is then acknowledged.
-func (c Compact) fail(ctx context.Context, job messages.Job, g planning.GroupKey, owner string, f records.Failure, log *slog.Logger) error {
+// fail records a failed attempt of the job that leased parts and tells
+// the cleaner, which retries them or quarantines; the job message is then
+// acknowledged.
+func (c Compact) fail(ctx context.Context, job messages.Job, g planning.GroupKey, parts []int, owner string, f records.Failure, log *slog.Logger) error {
 	log.ErrorContext(ctx, "job attempt failed", "kind", f.Kind, "blames", f.Block, "err", f.Message)
 	metrics.From(ctx).Add(metrics.CompactionFailures, 1, job.Tenant)
-	if err := c.records().RecordFailure(ctx, job.Tenant, g, job.Version, job.Partition, owner, f, c.now()); err != nil {
+	if err := c.records().RecordFailureAll(ctx, job.Tenant, g, job.Version, parts, owner, f, c.now()); err != nil {
 		if records.IsConditionLost(err) {
 			log.InfoContext(ctx, "the failure was not recorded: the version or the lease moved on", "lost", err)
 			return nil
@@ -276,12 +328,13 @@ func (c Compact) owner() string {
 	return c.Owner + "#" + hex.EncodeToString(b[:])
 }
 
-// compact downloads the indexes of the sources partition p needs into a
-// scratch directory, compacts with their chunks streamed from S3 and the
-// output's chunks streamed to S3, uploads the output's index and returns
-// its PENDING record (nil for an empty partition). No chunk touches the
-// disk. The scratch directory is removed on every path.
-func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []records.Block, log jobLog) (*records.Block, error) {
+// compact downloads the indexes of the sources partitions parts need into
+// a scratch directory, compacts them in one pass (CompactMany) with their
+// chunks streamed from S3 and each output's chunks streamed to S3, uploads
+// each output's index and returns the partitions' commits: each output's
+// PENDING record, nil for an empty partition. No chunk touches the disk.
+// The scratch directory is removed on every path.
+func (c Compact) compact(ctx context.Context, head records.Group, parts []int, srcs []records.Block, log jobLog) ([]records.Committed, error) {
 	st, err := c.stream(ctx, head, srcs)
 	if err != nil {
 		return nil, err
@@ -292,12 +345,7 @@ func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []
 	}
 	defer os.RemoveAll(scratch)
 	started := time.Now()
-	dirs, indexRead, err := c.download(ctx, head, p, srcs, scratch, log)
-	if err != nil {
-		return nil, err
-	}
-	outID := outputULID(head, p)
-	k, err := c.Config.Layout.Block(head.Tenant, outID)
+	dirs, indexRead, err := c.download(ctx, head, parts, srcs, scratch, log)
 	if err != nil {
 		return nil, err
 	}
@@ -305,33 +353,55 @@ func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []
 	if err != nil {
 		return nil, err
 	}
-	sink := &segmentSink{api: c.S3, bucket: c.Config.Bucket, prefix: k.BlockPrefix(), opts: c.uploadOptions()}
-	res, err := compaction.Compact(ctx, c.Logger, compaction.Job{
-		SourceDirs: dirs, Partition: p, PartitionCount: head.Partitions, ULID: outID,
-		OutDir: filepath.Join(scratch, "out"), ThanosLabels: st.Labels, Resolution: st.Resolution,
-		PartitionInfo: &blockmeta.PartitionInfo{
-			PartitionedGroupID: groupID(head), PartitionCount: head.Partitions, PartitionID: p,
-			PartitionedGroupCreationTime: head.CreatedAt,
-		},
-		SourceChunks: sources.open,
-		Chunks:       sink,
-	})
+	jobs := make([]compaction.Job, len(parts))
+	keys := make([]blockkey.Key, len(parts))
+	sinks := make([]*segmentSink, len(parts))
+	for i, p := range parts {
+		outID := outputULID(head, p)
+		if keys[i], err = c.Config.Layout.Block(head.Tenant, outID); err != nil {
+			return nil, err
+		}
+		sinks[i] = &segmentSink{api: c.S3, bucket: c.Config.Bucket, prefix: keys[i].BlockPrefix(), opts: c.uploadOptions()}
+		jobs[i] = compaction.Job{
+			SourceDirs: dirs, Partition: p, PartitionCount: head.Partitions, ULID: outID,
+			OutDir: filepath.Join(scratch, "out"), ThanosLabels: st.Labels, Resolution: st.Resolution,
+			PartitionInfo: &blockmeta.PartitionInfo{
+				PartitionedGroupID: groupID(head), PartitionCount: head.Partitions, PartitionID: p,
+				PartitionedGroupCreationTime: head.CreatedAt,
+			},
+			SourceChunks: sources.open,
+			Chunks:       sinks[i],
+		}
+	}
+	results, err := compaction.CompactMany(ctx, c.Logger, jobs)
 	if err != nil {
 		return nil, jobError{err}
 	}
 	streamed := sources.stats()
 	read := indexRead + uint64(streamed.Bytes)
-	if res.Empty {
-		log.InfoContext(ctx, "partition holds no series", "readBytes", read)
-		return nil, nil
-	}
-	out, err := c.upload(ctx, head, p, k, res, sink.uploaded)
-	if err != nil {
-		return nil, err
-	}
+	outs := make([]records.Committed, len(parts))
 	var written uint64
-	for _, f := range out.Files {
-		written += uint64(max(f.Size, 0))
+	files := 0
+	for i, res := range results {
+		outs[i].Partition = parts[i]
+		if res.Empty {
+			log.InfoContext(ctx, "partition holds no series", "outputPartition", parts[i])
+			continue
+		}
+		out, err := c.upload(ctx, head, parts[i], keys[i], res, sinks[i].uploaded)
+		if err != nil {
+			return nil, err
+		}
+		if head.Key.IsSplit() {
+			// A split's partitions are its block, re-cut: they arrived
+			// when it did (a range's readiness counts arrivals).
+			out.Arrived = srcs[0].Arrived
+		}
+		for _, f := range out.Files {
+			written += uint64(max(f.Size, 0))
+		}
+		files += len(out.Files)
+		outs[i].Output = out
 	}
 	took := time.Since(started)
 	m := metrics.From(ctx)
@@ -339,10 +409,10 @@ func (c Compact) compact(ctx context.Context, head records.Group, p int, srcs []
 	m.Add(metrics.BytesWritten, float64(written), head.Tenant)
 	// bytesPerSecond is the figure SLUICE_JOB_THROUGHPUT sizes jobs by
 	// (planning.Estimate): bytes read and written over the job's wall time.
-	log.InfoContext(ctx, "partition compacted and uploaded", "series", res.NumSeries, "samples", res.NumSamples,
-		"files", len(out.Files), "readBytes", read, "indexBytesRead", indexRead, "chunkStreams", streamed.Opens, "streamsResumed", streamed.Resumed,
+	log.InfoContext(ctx, "partitions compacted and uploaded", "partitions", len(parts), "files", files,
+		"readBytes", read, "indexBytesRead", indexRead, "chunkStreams", streamed.Opens, "streamsResumed", streamed.Resumed,
 		"writtenBytes", written, "bytesPerSecond", uint64(float64(read+written)/max(took.Seconds(), 1e-3)), "took", took.String())
-	return out, nil
+	return outs, nil
 }
 
 func (c Compact) uploadOptions() blockstore.UploadOptions {
@@ -378,10 +448,10 @@ func (c Compact) stream(ctx context.Context, head records.Group, srcs []records.
 
 // download gives every source a directory under scratch with its
 // meta.json, so all partitions of a version describe the same sources and
-// time range; only those that can hold series of p get their index (and
+// time range; only those that can hold series of one of parts get their index (and
 // tombstones, if any): their chunks are streamed, and compaction never
 // opens the others. It returns the bytes it downloaded.
-func (c Compact) download(ctx context.Context, head records.Group, p int, srcs []records.Block, scratch string, log jobLog) (dirs []string, read uint64, err error) {
+func (c Compact) download(ctx context.Context, head records.Group, parts []int, srcs []records.Block, scratch string, log jobLog) (dirs []string, read uint64, err error) {
 	skipped := 0
 	started := time.Now()
 	for _, b := range srcs {
@@ -397,7 +467,7 @@ func (c Compact) download(ctx context.Context, head records.Group, p int, srcs [
 			return nil, 0, fmt.Errorf("source %s: %w", b.Key(), err)
 		}
 		dirs = append(dirs, dir)
-		if !compaction.SourceHoldsPartition(meta, p, head.Partitions) {
+		if !slices.ContainsFunc(parts, func(p int) bool { return compaction.SourceHoldsPartition(meta, p, head.Partitions) }) {
 			skipped++
 			continue
 		}

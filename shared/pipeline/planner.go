@@ -498,9 +498,16 @@ func (p Planner) getObject(ctx context.Context, key, vid string) ([]byte, string
 	return body, aws.ToString(res.VersionId), nil
 }
 
-// planFor plans the group a block goes to: the next level up, or — for a
-// late block — the highest level that already compacted its range.
+// planFor plans the group a block goes to: its own split when it is big
+// enough to be split on arrival (Policy.SplitCount: the range's group
+// then reads only its own partition of it), else the next level up, or —
+// for a late block — the highest level that already compacted its range.
 func (p Planner) planFor(ctx context.Context, b records.Block) error {
+	c := candidate(b)
+	if b.State == protocol.BlockLive && b.Published && b.ClaimedBy == "" && !b.NoCompact &&
+		p.overrides(ctx).Policy(b.Tenant, p.Config.Policy).SplitCount(c) > 0 {
+		return p.PlanGroup(ctx, b.Tenant, planning.SplitKey(b.Stream, b.MinT, b.ID))
+	}
 	var lookupErr error
 	g, ok := p.Config.Policy.Target(b.Stream, b.Level, b.MinT, b.MaxT, func(g planning.GroupKey) bool {
 		head, found, err := p.records().GetGroup(ctx, b.Tenant, g)

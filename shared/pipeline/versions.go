@@ -32,13 +32,17 @@ type versionRecords interface {
 // versionRecords is the store as the version work uses it.
 func (d *Deps) versionRecords() versionRecords { return d.Store }
 
-// sendJobs sends the job of every partition in only (all when nil).
+// sendJobs sends the job of every partition in only (all when nil). A
+// split version gets one job, which writes every partition it can lease.
 func (d *Deps) sendJobs(ctx context.Context, g records.Group, only []int, resend int64) error {
 	parts := only
 	if parts == nil {
 		for i := 0; i < g.Partitions; i++ {
 			parts = append(parts, i)
 		}
+	}
+	if g.Key.IsSplit() && len(parts) > 1 {
+		parts = parts[:1]
 	}
 	for _, i := range parts {
 		j := messages.Job{Tenant: g.Tenant, Group: g.Key.String(), Version: g.Version, Partition: i,

@@ -58,6 +58,9 @@ type Decision struct {
 // never re-plans itself.
 func (p Policy) Plan(g GroupKey, blocks []Candidate, now time.Time) Decision {
 	p = p.Defaults()
+	if g.IsSplit() {
+		return p.planSplit(g, blocks)
+	}
 	start, end := g.RangeStart, p.End(g)
 	var srcs []Candidate
 	lower := 0
@@ -97,6 +100,74 @@ func (p Policy) Plan(g GroupKey, blocks []Candidate, now time.Time) Decision {
 		d.DoesNotFit = why
 	}
 	return d
+}
+
+// planSplit decides the split of block g.Block: itself, in SplitCount
+// partitions, once it is plannable and still worth splitting.
+func (p Policy) planSplit(g GroupKey, blocks []Candidate) Decision {
+	for _, b := range blocks {
+		if b.ID != g.Block {
+			continue
+		}
+		switch {
+		case b.Busy:
+			return Decision{Wait: "block " + b.ID + " is busy with another group"}
+		case !b.Plannable:
+			return Decision{Wait: "block " + b.ID + " is not live, published and unclaimed"}
+		}
+		n := p.SplitCount(b)
+		if n == 0 {
+			return Decision{Wait: "block " + b.ID + " is not to be split"}
+		}
+		return Decision{Sources: []Candidate{b}, Partitions: n}
+	}
+	return Decision{Wait: "block " + g.Block + " is not registered"}
+}
+
+// SplitCount is the number of partition blocks a block is split into on
+// arrival, or 0 when it is not split: an unpartitioned level-0 block of at
+// least SplitBytes, outside a single-block (Thanos) bucket, whose level-1
+// group would be compacted in at least SplitMinPartitions partitions were
+// its range full of blocks like it (the count Size picks for that group,
+// so that each of the group's jobs reads exactly its own partition of
+// every split block), and whose split job fits (EstimateSplit).
+func (p Policy) SplitCount(c Candidate) int {
+	p = p.Defaults()
+	if p.SingleBlock || c.Level != 0 || c.PartitionCount > 1 || c.IndexBytes+c.ChunkBytes < p.SplitBytes {
+		return 0
+	}
+	slot := p.Slot.Milliseconds()
+	like := make([]Candidate, int(p.Range(1)/p.Slot))
+	for i := range like {
+		like[i] = c
+		like[i].ID = ""
+		like[i].MinT, like[i].MaxT = c.MinT+int64(i)*slot, c.MaxT+int64(i)*slot
+	}
+	n, _, _ := p.Size(like)
+	if n < SplitMinPartitions {
+		return 0
+	}
+	if ok, _ := p.Fits(p.EstimateSplit(c, n)); !ok {
+		return 0
+	}
+	return n
+}
+
+// SplitKey is the split group of block id of stream st starting at minT.
+func SplitKey(st string, minT int64, id string) GroupKey {
+	return GroupKey{Stream: st, RangeStart: minT, Block: id}
+}
+
+// EstimateSplit sizes the one job that splits block c into n partitions:
+// it reads the block once (index downloaded, chunks streamed) and writes
+// all of it again, n indexes on disk beside the source's.
+func (p Policy) EstimateSplit(c Candidate, n int) JobEstimate {
+	p = p.Defaults()
+	size := c.IndexBytes + c.ChunkBytes
+	e := JobEstimate{Partitions: n, Opened: 1, ReadBytes: size, OutputBytes: size, ScratchBytes: 2 * c.IndexBytes,
+		Series: c.Series / uint64(max(n, 1))}
+	e.Duration = time.Duration(float64(e.ReadBytes+e.OutputBytes) / float64(p.Throughput) * float64(time.Second))
+	return e
 }
 
 // covers reports whether the blocks cover [start, end) once each block's
@@ -201,8 +272,11 @@ func (p Policy) Target(st string, level int, minT, maxT int64, completed func(Gr
 }
 
 // Parent is the next level's group holding g's range, and false at the
-// top level.
+// top level. A split's is the level-1 group holding its block's minTime.
 func (p Policy) Parent(g GroupKey) (GroupKey, bool) {
+	if g.IsSplit() {
+		return p.GroupFor(g.Stream, 1, g.RangeStart, g.RangeStart+1)
+	}
 	if g.Level >= p.TopLevel() {
 		return GroupKey{}, false
 	}

@@ -133,12 +133,12 @@ func TestTarget(t *testing.T) {
 		want      GroupKey
 		ok        bool
 	}{
-		{"fresh 2h block goes to 12h", 0, 14, 16, none, GroupKey{st, 1, 12 * h}, true},
-		{"12h output goes to 24h", 1, 12, 24, none, GroupKey{st, 2, 0}, true},
-		{"late block goes to the compacted day", 0, 14, 16, dayDone, GroupKey{st, 2, 0}, true},
-		{"late block goes to the highest compacted level", 0, 14, 16, halfDone, GroupKey{st, 1, 12 * h}, true},
+		{"fresh 2h block goes to 12h", 0, 14, 16, none, GroupKey{Stream: st, Level: 1, RangeStart: 12 * h}, true},
+		{"12h output goes to 24h", 1, 12, 24, none, GroupKey{Stream: st, Level: 2, RangeStart: 0}, true},
+		{"late block goes to the compacted day", 0, 14, 16, dayDone, GroupKey{Stream: st, Level: 2, RangeStart: 0}, true},
+		{"late block goes to the highest compacted level", 0, 14, 16, halfDone, GroupKey{Stream: st, Level: 1, RangeStart: 12 * h}, true},
 		{"top-level block has nowhere to go", 2, 0, 24, none, GroupKey{}, false},
-		{"block straddling 12h goes to 24h", 0, 11, 13, none, GroupKey{st, 2, 0}, true},
+		{"block straddling 12h goes to 24h", 0, 11, 13, none, GroupKey{Stream: st, Level: 2, RangeStart: 0}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -151,13 +151,18 @@ func TestTarget(t *testing.T) {
 }
 
 func TestGroupKeyRoundTrip(t *testing.T) {
-	for _, g := range []GroupKey{{st, 1, 0}, {st, 2, 86400000}, {"fedcba9876543210", 1, -43200000}} {
+	split := GroupKey{Stream: st, RangeStart: 7200000, Block: "01HK3QGM00JS67MS0A0DFMSX3V"}
+	if !split.IsSplit() || split.String() != st+"#0#7200000#01HK3QGM00JS67MS0A0DFMSX3V" {
+		t.Fatalf("split key %q (IsSplit %v)", split.String(), split.IsSplit())
+	}
+	for _, g := range []GroupKey{{Stream: st, Level: 1}, {Stream: st, Level: 2, RangeStart: 86400000}, {Stream: "fedcba9876543210", Level: 1, RangeStart: -43200000}, split} {
 		back, err := ParseGroupKey(g.String())
 		if err != nil || back != g {
 			t.Fatalf("ParseGroupKey(%q) = %v, %v", g.String(), back, err)
 		}
 	}
-	for _, bad := range []string{"", "x", "0#5", "1#", "1#5", "01#5", st + "#0#5", st + "#1#", st + "#01#5", st + "#1#5#6", "0123456789ABCDEF#1#5", "abc#1#5"} {
+	for _, bad := range []string{"", "x", "0#5", "1#", "1#5", "01#5", st + "#0#5", st + "#1#", st + "#01#5", st + "#1#5#6", "0123456789ABCDEF#1#5", "abc#1#5",
+		st + "#0#5#notaulid", st + "#1#5#01HK3QGM00JS67MS0A0DFMSX3V", st + "#0#05#01HK3QGM00JS67MS0A0DFMSX3V", st + "#0#5#01HK3QGM00JS67MS0A0DFMSX3V#x"} {
 		if _, err := ParseGroupKey(bad); err == nil {
 			t.Errorf("ParseGroupKey(%q) accepted a bad key", bad)
 		}

@@ -9,8 +9,11 @@ package planning
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/oklog/ulid/v2"
 
 	"github.com/sluice-dev/sluice/shared/stream"
 )
@@ -67,7 +70,25 @@ type Policy struct {
 	// takes as new: SLUICE_SERIES_CHURN, default DefaultSeriesChurn; 1
 	// sums every stretch's series (the old, pessimistic estimate).
 	SeriesChurn float64
+	// SplitBytes is the size (index and chunks) from which a level-0 block
+	// is split on arrival (SplitCount): SLUICE_SPLIT_BYTES, default
+	// DefaultSplitBytes; NeverSplit turns splitting off.
+	SplitBytes uint64
 }
+
+// Splitting defaults. A level-0 block is split on arrival into the
+// partition count its level-1 group is expected to get, when that is at
+// least SplitMinPartitions: a group of G bytes compacted directly in N
+// partitions moves (N+1)·G (every job reads every source, and the outputs
+// are written), split first it moves 4·G (each block read and written by
+// its split, each split partition read once by the group's job of that
+// partition, the outputs written), so splitting pays from N = 4 on — and
+// each group job then reads G/N, not G.
+const (
+	DefaultSplitBytes  = 256 << 20
+	NeverSplit         = ^uint64(0)
+	SplitMinPartitions = 4
+)
 
 // JobSeriesLimit is the most series one compaction job is given: what one
 // compact function (10 GiB) holds with room (docs/block-engine.md). With
@@ -105,6 +126,9 @@ func (p Policy) Defaults() Policy {
 	}
 	if p.SeriesChurn == 0 {
 		p.SeriesChurn = DefaultSeriesChurn
+	}
+	if p.SplitBytes == 0 {
+		p.SplitBytes = DefaultSplitBytes
 	}
 	return p
 }
@@ -165,17 +189,30 @@ func (p Policy) GroupFor(st string, level int, minT, maxT int64) (GroupKey, bool
 }
 
 // GroupKey identifies a group: one level's range of one stream of one
-// tenant. Blocks of different streams never share a group.
+// tenant, or — with Block set — the split of one level-0 block of the
+// stream into partitions (Level 0, RangeStart the block's minTime).
 type GroupKey struct {
 	// Stream is the stream.ID of the group's blocks.
 	Stream     string
 	Level      int
 	RangeStart int64 // ms
+	// Block is the ULID of the block a split group splits; "" for a
+	// range's group.
+	Block string
 }
 
+// IsSplit reports a split group: the split of one block (Block), not a
+// range's compaction.
+func (g GroupKey) IsSplit() bool { return g.Block != "" }
+
 // String is the stable form used in records and logs:
-// "<stream>#<level>#<start>".
-func (g GroupKey) String() string { return fmt.Sprintf("%s#%d#%d", g.Stream, g.Level, g.RangeStart) }
+// "<stream>#<level>#<start>", and "<stream>#0#<minTime>#<ULID>" for a split.
+func (g GroupKey) String() string {
+	if g.IsSplit() {
+		return fmt.Sprintf("%s#0#%d#%s", g.Stream, g.RangeStart, g.Block)
+	}
+	return fmt.Sprintf("%s#%d#%d", g.Stream, g.Level, g.RangeStart)
+}
 
 // ParseGroupKey is the inverse of GroupKey.String.
 func ParseGroupKey(s string) (GroupKey, error) {
@@ -184,11 +221,30 @@ func ParseGroupKey(s string) (GroupKey, error) {
 		return GroupKey{}, fmt.Errorf("planning: bad group key %q: no stream id", s)
 	}
 	g := GroupKey{Stream: st}
-	if _, err := fmt.Sscanf(rest, "%d#%d", &g.Level, &g.RangeStart); err != nil {
+	parts := strings.Split(rest, "#")
+	var err error
+	switch {
+	case len(parts) == 2:
+		if g.Level, err = strconv.Atoi(parts[0]); err == nil {
+			g.RangeStart, err = strconv.ParseInt(parts[1], 10, 64)
+		}
+		if err == nil && g.Level < 1 {
+			err = fmt.Errorf("level %d", g.Level)
+		}
+	case len(parts) == 3 && parts[0] == "0":
+		// A split: "0#<minTime>#<ULID>".
+		if g.RangeStart, err = strconv.ParseInt(parts[1], 10, 64); err == nil {
+			_, err = ulid.ParseStrict(parts[2])
+		}
+		g.Block = parts[2]
+	default:
+		err = fmt.Errorf("want <stream>#<level>#<start> or <stream>#0#<minTime>#<ULID>")
+	}
+	if err != nil {
 		return GroupKey{}, fmt.Errorf("planning: bad group key %q: %w", s, err)
 	}
-	if g.String() != s || g.Level < 1 {
-		return GroupKey{}, fmt.Errorf("planning: bad group key %q", s)
+	if g.String() != s {
+		return GroupKey{}, fmt.Errorf("planning: bad group key %q: not canonical", s)
 	}
 	return g, nil
 }

@@ -192,3 +192,70 @@ func TestHoldsMatchesBruteForce(t *testing.T) {
 		}
 	}
 }
+
+func TestSplitCount(t *testing.T) {
+	mib := uint64(1 << 20)
+	big := Candidate{ID: "01HK3QGM00JS67MS0A0DFMSX3V", MinT: 0, MaxT: 2 * h, Series: 100_000, IndexBytes: 50 * mib, ChunkBytes: 450 * mib}
+	// A 12h range of six such blocks is estimated at 100k + 5 × 20k =
+	// 200k series: 8 partitions of 25k.
+	p := Policy{MaxSeriesPerPartition: 25_000}
+	with := func(f func(*Candidate)) Candidate { c := big; f(&c); return c }
+	tests := []struct {
+		name   string
+		policy Policy
+		c      Candidate
+		want   int
+	}{
+		{"big block: the count its group would get", p, big, 8},
+		{"under SplitBytes", p, with(func(c *Candidate) { c.ChunkBytes = 100 * mib }), 0},
+		{"SplitBytes lowered", Policy{MaxSeriesPerPartition: 25_000, SplitBytes: 100 * mib}, with(func(c *Candidate) { c.ChunkBytes = 60 * mib }), 8},
+		{"never", Policy{MaxSeriesPerPartition: 25_000, SplitBytes: NeverSplit}, big, 0},
+		{"its group would get fewer than 4 partitions", Policy{MaxSeriesPerPartition: 100_000}, big, 0},
+		{"already partitioned", p, with(func(c *Candidate) { c.PartitionCount, c.PartitionID = 2, 1 }), 0},
+		{"not an upload", p, with(func(c *Candidate) { c.Level = 1 }), 0},
+		{"a Thanos bucket never splits", Policy{MaxSeriesPerPartition: 25_000, SingleBlock: true}, big, 0},
+		// 2 × 12 GiB at 24 MiB/s is over half the 15 minutes.
+		{"the split job would not fit", p, with(func(c *Candidate) { c.ChunkBytes = 12 << 30 }), 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.policy.SplitCount(tc.c); got != tc.want {
+				t.Fatalf("SplitCount = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestPlanSplit(t *testing.T) {
+	p := Policy{MaxSeriesPerPartition: 25_000}
+	b := Candidate{ID: "01HK3QGM00JS67MS0A0DFMSX3V", MinT: 2 * h, MaxT: 4 * h, Series: 100_000, IndexBytes: 50 << 20, ChunkBytes: 450 << 20, Plannable: true}
+	g := SplitKey(st, b.MinT, b.ID)
+	other := b
+	other.ID = "01HK3QGM00JS67MS0A0DFMSX3W"
+	busy := b
+	busy.Busy, busy.Plannable = true, false
+	gone := b
+	gone.Plannable = false
+	tests := []struct {
+		name   string
+		blocks []Candidate
+		n      int
+		wait   string
+	}{
+		{"its block alone, in the count", []Candidate{other, b}, 8, ""},
+		{"busy", []Candidate{busy}, 0, "busy"},
+		{"no longer plannable", []Candidate{gone}, 0, "not live"},
+		{"not there", []Candidate{other}, 0, "not registered"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := p.Plan(g, tc.blocks, time.Unix(0, 0))
+			if d.Partitions != tc.n || !strings.Contains(d.Wait, tc.wait) || (tc.n > 0) != (len(d.Sources) == 1 && d.Sources[0].ID == b.ID) {
+				t.Fatalf("Plan = %+v; want %d partitions of %s, wait %q", d, tc.n, b.ID, tc.wait)
+			}
+		})
+	}
+	if parent, ok := p.Parent(g); !ok || parent != (GroupKey{Stream: st, Level: 1, RangeStart: 0}) {
+		t.Errorf("Parent of a split = %v, %v; want the level-1 group holding its block", parent, ok)
+	}
+}

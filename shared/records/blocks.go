@@ -150,6 +150,10 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // RangeBlocks reads every block registered in group g's range.
 func (st *Store) RangeBlocks(ctx context.Context, tenant string, g planning.GroupKey) ([]Block, error) {
+	if g.IsSplit() {
+		// A split's range is its block.
+		return st.GetBlocks(ctx, tenant, []string{g.Block})
+	}
 	items, err := st.query(ctx, tenantPK(tenant), memberPrefix(g))
 	if err != nil {
 		return nil, err

@@ -66,6 +66,37 @@ func (st *Store) RecordFailure(ctx context.Context, tenant string, g planning.Gr
 	return st.commit(ctx, "record failure of "+partitionRef(tenant, g, v, p), x)
 }
 
+// RecordFailureAll records one failed attempt of the job that leased the
+// partitions ps of version v (a split's one pass over all of them), in one
+// transaction: the version's failure counted once, each partition's lease
+// released (RUNNING → PENDING), fenced on owner's leases.
+func (st *Store) RecordFailureAll(ctx context.Context, tenant string, g planning.GroupKey, v int64, ps []int, owner string, f Failure, now time.Time) error {
+	if len(ps) == 1 {
+		return st.RecordFailure(ctx, tenant, g, v, ps[0], owner, f, now)
+	}
+	head := Group{Tenant: tenant, Key: g, Version: v}
+	headVals := map[string]types.AttributeValue{":now": n(now.UnixMilli())}
+	set := failureSet(f, headVals)
+	hg, hit, err := versionWrite(protocol.CountFailure, head, protocol.GroupPlanned, now, set+", updatedAt = :now", "", headVals)
+	if err != nil {
+		return err
+	}
+	var x tx
+	x.add(hg, hit)
+	for _, p := range ps {
+		on := versionOf(head)
+		on.partition = p
+		pg, err := guard(protocol.RecordFailure, on, expect{owner: owner, now: now.UnixMilli()})
+		if err != nil {
+			return err
+		}
+		x.add(pg, pg.update(key(tenantPK(tenant), partitionSK(g, v, p)),
+			"failures = if_not_exists(failures, :zero) + :one, lastError = :err, updatedAt = :now", "leaseOwner, leaseUntil",
+			map[string]types.AttributeValue{":zero": n(0), ":one": n(1), ":err": s(clip(f.Message)), ":now": n(now.UnixMilli())}))
+	}
+	return st.commit(ctx, fmt.Sprintf("record failure of %d partitions of %s", len(ps), head.Ref()), x)
+}
+
 // QuarantineSource abandons version g.Version (PLANNED → SUPERSEDED, with
 // the reason) and quarantines its source b (CLAIMED by the version →
 // QUARANTINED, unclaimed, with the reason), in one transaction. It returns

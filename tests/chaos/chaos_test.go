@@ -137,6 +137,13 @@ func uncovered(results []result) []string {
 			out = append(out, "check never made: "+k)
 		}
 	}
+	splits := 0
+	for _, r := range results {
+		splits += r.splits
+	}
+	if splits == 0 {
+		out = append(out, "no block was split on arrival: no split job ran")
+	}
 	return out
 }
 
@@ -149,6 +156,9 @@ type result struct {
 	violations []string
 	blocks     int
 	requests   map[string]int // by service: DynamoDB, S3, SQS
+	// splits counts the versions of split groups (a block split on
+	// arrival) the seed created.
+	splits int
 }
 
 func replayCommand(seed int64) string {
@@ -235,12 +245,24 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 	sched := &scheduler{plan: p, clock: clock, visibility: visibility, lease: leaseDuration, stuck: stuckAfter, deadlineMargin: deadlineMargin}
 	sched.zombie.Store("")
 	maxSeries := []uint64{8, 16, 64}[rng.IntN(3)]
+	// A third of the seeds split their uploads on arrival (issue 11): each
+	// block is split by one job of its own into its group's partition count
+	// (4 or 8 here: the series limit is lowered to get there) before its
+	// range is compacted. Drawn from a stream of its own, so that the
+	// other seeds' draws stay as they were.
+	split := rand.New(rand.NewPCG(uint64(seed), 0x5b17)).IntN(3) == 0
+	if split {
+		maxSeries = []uint64{2, 4}[rand.New(rand.NewPCG(uint64(seed), 0x5b18)).IntN(2)]
+	}
 	w := testworld.New(t, testworld.Options{
 		Env:      []envtest.Option{envtest.WithLogLevel(slog.LevelInfo), envtest.WithEndpoint(emulator)},
 		Pipeline: localrun.Options{Now: clock.Now},
 		Configure: func(c *config.Config) {
 			c.Policy.Ranges = chaosRanges
 			c.Policy.MaxSeriesPerPartition = maxSeries
+			if split {
+				c.Policy.SplitBytes = 1
+			}
 			c.LeaseDuration, c.RedriveAfter, c.StuckAfter = leaseDuration, redriveAfter, stuckAfter
 			c.DeletionDelay, c.OrphanDelay = deletionDelay, orphanDelay
 			c.DeadlineMargin, c.MaxJobAttempts = deadlineMargin, maxJobAttempts
@@ -292,7 +314,7 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 		res.blocks += len(tb.blocks)
 	}
 	sort.Strings(names)
-	t.Logf("seed %d: tenants %v, at most %d series per partition", seed, names, maxSeries)
+	t.Logf("seed %d: tenants %v, at most %d series per partition, split on arrival %v", seed, names, maxSeries, split)
 
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout+time.Minute)
 	defer cancel()
@@ -414,6 +436,17 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 	for _, m := range b.deadLetters() {
 		res.violations = append(res.violations, fmt.Sprintf("liveness: in a DLQ: %s", m))
 	}
+	for _, tenant := range names {
+		groups, err := w.Store.TenantGroups(ctx, tenant)
+		if err != nil {
+			res.violations = append(res.violations, fmt.Sprintf("read groups: %v", err))
+		}
+		for _, g := range groups {
+			if g.Key.IsSplit() {
+				res.splits += int(g.Version)
+			}
+		}
+	}
 	res.faults = p.faults()
 	res.checks = mon.Checks()
 	for k, v := range w.ChecksMade() {
@@ -531,6 +564,14 @@ func report(results []result, failed []int64, wall time.Duration) string {
 		fmt.Fprintf(&b, "emulator requests per seed: DynamoDB %d, S3 %d, SQS %d (provisioning, pipeline and checks)\n",
 			reqs["DynamoDB"]/n, reqs["S3"]/n, reqs["SQS"]/n)
 	}
+	splitSeeds, splits := 0, 0
+	for _, r := range results {
+		if r.splits > 0 {
+			splitSeeds++
+		}
+		splits += r.splits
+	}
+	fmt.Fprintf(&b, "blocks split on arrival: %d split versions in %d seeds\n", splits, splitSeeds)
 	fmt.Fprintf(&b, "faults injected: %d\n", nFaults)
 	for _, k := range sortedKeys(faults) {
 		fmt.Fprintf(&b, "  %6d  %s\n", faults[k], k)
