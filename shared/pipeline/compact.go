@@ -380,7 +380,7 @@ func (c Compact) compact(ctx context.Context, head records.Group, parts []int, s
 	streamed := sources.stats()
 	read := indexRead + uint64(streamed.Bytes)
 	outs := make([]records.Committed, len(parts))
-	var written uint64
+	var written, outIndex uint64
 	files := 0
 	for i, res := range results {
 		outs[i].Partition = parts[i]
@@ -401,6 +401,7 @@ func (c Compact) compact(ctx context.Context, head records.Group, parts []int, s
 			written += uint64(max(f.Size, 0))
 		}
 		files += len(out.Files)
+		outIndex += out.IndexBytes
 		outs[i].Output = out
 	}
 	took := time.Since(started)
@@ -411,7 +412,7 @@ func (c Compact) compact(ctx context.Context, head records.Group, parts []int, s
 	// (planning.Estimate): bytes read and written over the job's wall time.
 	log.InfoContext(ctx, "partitions compacted and uploaded", "partitions", len(parts), "files", files,
 		"readBytes", read, "indexBytesRead", indexRead, "chunkStreams", streamed.Opens, "streamsResumed", streamed.Resumed,
-		"writtenBytes", written, "bytesPerSecond", uint64(float64(read+written)/max(took.Seconds(), 1e-3)), "took", took.String())
+		"writtenBytes", written, "outputIndexBytes", outIndex, "bytesPerSecond", uint64(float64(read+written)/max(took.Seconds(), 1e-3)), "took", took.String())
 	return outs, nil
 }
 
