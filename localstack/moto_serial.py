@@ -22,7 +22,8 @@ depends on a condition or on shared queue state:
     so the wrapper turns it into short polls (WaitTimeSeconds = 0), each under
     the lock, until a message arrives or the wait is over.
 
-  * every other S3 PUT and DELETE and every bucket listing: moto's listing
+  * every other S3 PUT and DELETE, DeleteObjects (POST ?delete), and every
+    bucket listing: moto's listing
     iterates (and deep-copies) the bucket's version lists while a write may
     change them, which crashes the listing.
 
@@ -122,6 +123,9 @@ def classify(environ):
         return "serial"
     if method == "POST" and ("uploadId=" in query or "uploads" in query):
         # CreateMultipartUpload / CompleteMultipartUpload.
+        return "serial"
+    if method == "POST" and "delete" in {part.split("=", 1)[0] for part in query.split("&") if part}:
+        # DeleteObjects changes version lists as a DELETE does.
         return "serial"
     return ""
 

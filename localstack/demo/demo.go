@@ -161,6 +161,9 @@ type Summary struct {
 	Tenants  []TenantSummary `json:"tenants"`
 	// Requests are the AWS requests of each phase.
 	Requests []Request `json:"requests"`
+	// ByCaller are the pipeline's requests per function and schedule
+	// ("event source": the runner's polling).
+	ByCaller []CallerRequests `json:"byCaller"`
 	// Uploaded is the number of blocks uploaded; Duplicated the S3
 	// notifications sent twice.
 	Uploaded   int `json:"uploaded"`
@@ -250,6 +253,12 @@ type GroupRun struct {
 	Partitions []int  `json:"partitions"`
 	Sources    int    `json:"sources"`
 	State      string `json:"state"`
+}
+
+// CallerRequests is what one function or schedule asked of AWS.
+type CallerRequests struct {
+	Caller   string `json:"caller"`
+	Requests int    `json:"requests"`
 }
 
 // Request is one AWS operation's count per phase.

@@ -2,6 +2,8 @@ package demo
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -30,6 +32,26 @@ func (r *run) requests() {
 	for _, op := range sortedOps(r.snaps[3]) {
 		r.sum.Requests = append(r.sum.Requests, Request{Operation: op,
 			Upload: s1[op] - s0[op], Pipeline: s2[op] - s1[op], Checks: s3[op] - s2[op]})
+	}
+	// Only the pipeline's runner names callers: every named request is the
+	// pipeline's; the unnamed ones of its phase are the runner's polling.
+	by := map[string]int{}
+	for _, c := range r.counter.SnapshotByCaller() {
+		if c.Caller != "" {
+			by[c.Caller] += c.N
+		}
+	}
+	named := 0
+	for _, n := range by {
+		named += n
+	}
+	pipeline := 0
+	for op, n := range s2 {
+		pipeline += n - s1[op]
+	}
+	by["event source"] = pipeline - named
+	for _, caller := range slices.Sorted(maps.Keys(by)) {
+		r.sum.ByCaller = append(r.sum.ByCaller, CallerRequests{Caller: caller, Requests: by[caller]})
 	}
 }
 
@@ -171,6 +193,11 @@ func (r *run) report() {
 		fmt.Fprintf(w, "  pipeline: %d requests by the handlers (%.1f per uploaded block) and %d by the event-source\n"+
 			"  polling (Lambda's, in AWS); %d S3 LIST (%s)\n",
 			tot.Pipeline-polling, float64(tot.Pipeline-polling)/float64(r.sum.Uploaded), polling, lists, scope)
+		var parts []string
+		for _, c := range r.sum.ByCaller {
+			parts = append(parts, fmt.Sprintf("%s %.1f", c.Caller, float64(c.Requests)/float64(r.sum.Uploaded)))
+		}
+		fmt.Fprintf(w, "  per uploaded block, by caller: %s\n", strings.Join(parts, ", "))
 	}
 }
 

@@ -18,16 +18,32 @@ import (
 // scan, which Sluice's handlers never make.
 const WiderThanABlock = " (wider than one block)"
 
-// RequestCounter counts AWS requests by service and operation. The demo and
-// the request-economy test read it; it is safe for concurrent use.
+// RequestCounter counts AWS requests by service and operation, and by the
+// caller a request's context names (WithCaller). The demo and the
+// request-economy test read it; it is safe for concurrent use.
 type RequestCounter struct {
-	mu     sync.Mutex
-	counts map[string]int
+	mu       sync.Mutex
+	counts   map[string]int
+	byCaller map[[2]string]int
 }
 
 // NewRequestCounter returns an empty counter.
 func NewRequestCounter() *RequestCounter {
-	return &RequestCounter{counts: map[string]int{}}
+	return &RequestCounter{counts: map[string]int{}, byCaller: map[[2]string]int{}}
+}
+
+type callerKey struct{}
+
+// WithCaller is ctx naming who makes the requests sent under it (a
+// function, a schedule): the counter adds them up per caller too.
+func WithCaller(ctx context.Context, caller string) context.Context {
+	return context.WithValue(ctx, callerKey{}, caller)
+}
+
+// CallerOf is the caller ctx names, "" when none.
+func CallerOf(ctx context.Context) string {
+	s, _ := ctx.Value(callerKey{}).(string)
+	return s
 }
 
 // Attach installs the counter on cfg, so every client built from it counts.
@@ -37,6 +53,7 @@ func (c *RequestCounter) Attach(cfg *aws.Config) {
 			func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
 				op := awsmiddleware.GetServiceID(ctx) + " " + awsmiddleware.GetOperationName(ctx)
 				c.add(op)
+				c.addCaller(CallerOf(ctx), op)
 				if prefix, ok := listPrefix(in.Parameters); ok && !isBlockPrefix(prefix) {
 					c.add(op + WiderThanABlock)
 				}
@@ -73,6 +90,36 @@ func (c *RequestCounter) add(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.counts[key]++
+}
+
+func (c *RequestCounter) addCaller(caller, op string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.byCaller[[2]string{caller, op}]++
+}
+
+// CallerCount is how often one caller made one "service operation"
+// request; Caller is "" for requests no context named.
+type CallerCount struct {
+	Caller, Operation string
+	N                 int
+}
+
+// SnapshotByCaller returns the counts per caller and operation, sorted.
+func (c *RequestCounter) SnapshotByCaller() []CallerCount {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]CallerCount, 0, len(c.byCaller))
+	for k, n := range c.byCaller {
+		out = append(out, CallerCount{Caller: k[0], Operation: k[1], N: n})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Caller != out[j].Caller {
+			return out[i].Caller < out[j].Caller
+		}
+		return out[i].Operation < out[j].Operation
+	})
+	return out
 }
 
 // Count is one "service operation" and how often it was called.

@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sluice-dev/sluice/shared/awsenv"
 )
 
 // queueInfo is what the runner learns from a source queue's attributes.
@@ -161,7 +163,7 @@ func (r *Runner) handle(ctx context.Context, s *Source, q queueInfo, gate *group
 		defer gate.leave(groups)
 	}
 	start := time.Now()
-	hctx, cancel := invocationContext(ctx, s.Timeout)
+	hctx, cancel := invocationContext(awsenv.WithCaller(ctx, s.Name), s.Timeout)
 	var resp events.SQSEventResponse
 	err := protect(func() error {
 		var err error

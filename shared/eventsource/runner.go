@@ -37,6 +37,8 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sluice-dev/sluice/shared/awsenv"
 )
 
 // Handler is a Lambda SQS handler with ReportBatchItemFailures.
@@ -327,7 +329,7 @@ func (r *Runner) RunDue(ctx context.Context) error {
 // runTimer runs t once, counting it and logging its failure.
 func (r *Runner) runTimer(ctx context.Context, t timer) error {
 	start := time.Now()
-	err := protect(func() error { return t.fn(ctx) })
+	err := protect(func() error { return t.fn(awsenv.WithCaller(ctx, t.name)) })
 	r.mu.Lock()
 	// A run cut short by the runner's end does not count: RunDue runs it
 	// again.

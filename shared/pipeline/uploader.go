@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/oklog/ulid/v2"
 
 	"github.com/sluice-dev/sluice/shared/blockkey"
@@ -21,7 +22,6 @@ import (
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
-	"github.com/sluice-dev/sluice/shared/s3errors"
 )
 
 // Uploader executes block ops (docs/design.md §4.4): the only writer of
@@ -254,29 +254,63 @@ func (u Uploader) putOnce(ctx context.Context, key string, body []byte) (vid str
 
 func (u Uploader) delete(ctx context.Context, k blockkey.Key, b records.Block, log *slog.Logger) error {
 	vs := b.AllVersions()
+	var del []keyVersion
 	for _, v := range vs {
-		if err := u.deleteVersion(ctx, k.Object(v.RelPath), v.VersionID); err != nil {
-			return err
+		del = append(del, keyVersion{k.Object(v.RelPath), v.VersionID})
+	}
+	for _, file := range []string{blockkey.DeletionMarkFile, blockkey.NoCompactMarkFile} {
+		vid := b.GlobalMarkVersionID
+		if file == blockkey.NoCompactMarkFile {
+			vid = b.GlobalNoCompactVersionID
+		}
+		if vid != "" {
+			del = append(del, keyVersion{u.globalMarker(b, file), vid})
 		}
 	}
-	for file, vid := range map[string]string{blockkey.DeletionMarkFile: b.GlobalMarkVersionID, blockkey.NoCompactMarkFile: b.GlobalNoCompactVersionID} {
-		if vid != "" {
-			if err := u.deleteVersion(ctx, u.globalMarker(b, file), vid); err != nil {
-				return err
-			}
-		}
+	if err := u.deleteVersions(ctx, del); err != nil {
+		return err
 	}
 	log.InfoContext(ctx, "block deleted", "versions", len(vs), "state", b.State)
 	return nil
 }
 
+// keyVersion is one object version to delete.
+type keyVersion struct{ key, vid string }
+
 func (u Uploader) deleteVersion(ctx context.Context, key, vid string) error {
-	if vid == "" {
-		return fmt.Errorf("delete %s: refusing a delete without a VersionId", key)
+	return u.deleteVersions(ctx, []keyVersion{{key, vid}})
+}
+
+// maxDeleteObjects is what one DeleteObjects request may name.
+const maxDeleteObjects = 1000
+
+// deleteVersions deletes object versions, each by its VersionId, with one
+// DeleteObjects request per thousand (a block's files and marks are one
+// request). A version already gone is not an error.
+func (u Uploader) deleteVersions(ctx context.Context, vs []keyVersion) error {
+	for _, v := range vs {
+		if v.vid == "" {
+			return fmt.Errorf("delete %s: refusing a delete without a VersionId", v.key)
+		}
 	}
-	_, err := u.S3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(u.Config.Bucket), Key: aws.String(key), VersionId: aws.String(vid)})
-	if err != nil && !s3errors.IsNotFound(err) {
-		return fmt.Errorf("delete %s version %s: %w", key, vid, err)
+	for start := 0; start < len(vs); start += maxDeleteObjects {
+		batch := vs[start:min(start+maxDeleteObjects, len(vs))]
+		ids := make([]s3types.ObjectIdentifier, len(batch))
+		for i, v := range batch {
+			ids[i] = s3types.ObjectIdentifier{Key: aws.String(v.key), VersionId: aws.String(v.vid)}
+		}
+		out, err := u.S3.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: aws.String(u.Config.Bucket),
+			Delete: &s3types.Delete{Objects: ids, Quiet: aws.Bool(true)}})
+		if err != nil {
+			return fmt.Errorf("delete %d object versions (%s version %s …): %w", len(batch), batch[0].key, batch[0].vid, err)
+		}
+		for _, e := range out.Errors {
+			switch code := aws.ToString(e.Code); code {
+			case "NoSuchKey", "NoSuchVersion":
+			default:
+				return fmt.Errorf("delete %s version %s: %s: %s", aws.ToString(e.Key), aws.ToString(e.VersionId), code, aws.ToString(e.Message))
+			}
+		}
 	}
 	return nil
 }
@@ -284,17 +318,17 @@ func (u Uploader) deleteVersion(ctx context.Context, key, vid string) error {
 // deleteStray deletes versions no record names. A version the block's
 // record names is never deleted, whatever the op says.
 func (u Uploader) deleteStray(ctx context.Context, k blockkey.Key, b records.Block, known bool, op messages.BlockOp, log *slog.Logger) error {
-	n := 0
+	var del []keyVersion
 	for _, v := range op.Stray {
 		if known && b.Names(v.RelPath, v.VersionID) {
 			log.WarnContext(ctx, "stray delete names a recorded version; keeping it", "file", v.RelPath, "version", v.VersionID)
 			continue
 		}
-		if err := u.deleteVersion(ctx, k.Object(v.RelPath), v.VersionID); err != nil {
-			return err
-		}
-		n++
+		del = append(del, keyVersion{k.Object(v.RelPath), v.VersionID})
 	}
-	log.InfoContext(ctx, "stray versions deleted", "versions", n)
+	if err := u.deleteVersions(ctx, del); err != nil {
+		return err
+	}
+	log.InfoContext(ctx, "stray versions deleted", "versions", len(del))
 	return nil
 }

@@ -265,13 +265,16 @@ func (f *faultS3) PutObject(ctx context.Context, in *s3.PutObjectInput, o ...fun
 	return out, err
 }
 
-func (f *faultS3) DeleteObject(ctx context.Context, in *s3.DeleteObjectInput, o ...func(*s3.Options)) (*s3.DeleteObjectOutput, error) {
-	k := aws.ToString(in.Key)
-	if err := f.before(ctx, "DeleteObject", k); err != nil {
+func (f *faultS3) DeleteObjects(ctx context.Context, in *s3.DeleteObjectsInput, o ...func(*s3.Options)) (*s3.DeleteObjectsOutput, error) {
+	k := ""
+	if in.Delete != nil && len(in.Delete.Objects) > 0 {
+		k = aws.ToString(in.Delete.Objects[0].Key)
+	}
+	if err := f.before(ctx, "DeleteObjects", k); err != nil {
 		return nil, err
 	}
-	out, err := f.S3.DeleteObject(ctx, in, o...)
-	if err2 := f.after(ctx, "DeleteObject", k, err); err2 != err {
+	out, err := f.S3.DeleteObjects(ctx, in, o...)
+	if err2 := f.after(ctx, "DeleteObjects", k, err); err2 != err {
 		return nil, err2
 	}
 	return out, err

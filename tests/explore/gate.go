@@ -285,11 +285,17 @@ func (g gatedS3) PutObject(ctx context.Context, in *s3.PutObjectInput, o ...func
 	return g.s3.PutObject(ctx, in, o...)
 }
 
-func (g gatedS3) DeleteObject(ctx context.Context, in *s3.DeleteObjectInput, o ...func(*s3.Options)) (*s3.DeleteObjectOutput, error) {
-	if err := enter(ctx, call{op: "S3.DeleteObject", resources: object(in.Key, true)}); err != nil {
+func (g gatedS3) DeleteObjects(ctx context.Context, in *s3.DeleteObjectsInput, o ...func(*s3.Options)) (*s3.DeleteObjectsOutput, error) {
+	var rs []resource
+	if in.Delete != nil {
+		for _, id := range in.Delete.Objects {
+			rs = append(rs, object(id.Key, true)...)
+		}
+	}
+	if err := enter(ctx, call{op: "S3.DeleteObjects", resources: rs}); err != nil {
 		return nil, err
 	}
-	return g.s3.DeleteObject(ctx, in, o...)
+	return g.s3.DeleteObjects(ctx, in, o...)
 }
 
 func (g gatedS3) ListObjectVersions(ctx context.Context, in *s3.ListObjectVersionsInput, o ...func(*s3.Options)) (*s3.ListObjectVersionsOutput, error) {

@@ -844,12 +844,19 @@ type watchedS3 struct {
 	m *Monitor
 }
 
-func (w *watchedS3) DeleteObject(ctx context.Context, in *s3.DeleteObjectInput, o ...func(*s3.Options)) (*s3.DeleteObjectOutput, error) {
-	w.m.beforeDelete(ctx, aws.ToString(in.Key), aws.ToString(in.VersionId))
-	var out *s3.DeleteObjectOutput
-	call := func() (err error) { out, err = w.S3.DeleteObject(ctx, in, o...); return err }
+// DeleteObjects is judged as its deletes one by one would be.
+func (w *watchedS3) DeleteObjects(ctx context.Context, in *s3.DeleteObjectsInput, o ...func(*s3.Options)) (*s3.DeleteObjectsOutput, error) {
+	var keys []string
+	if in.Delete != nil {
+		for _, id := range in.Delete.Objects {
+			w.m.beforeDelete(ctx, aws.ToString(id.Key), aws.ToString(id.VersionId))
+			keys = append(keys, aws.ToString(id.Key))
+		}
+	}
+	var out *s3.DeleteObjectsOutput
+	call := func() (err error) { out, err = w.S3.DeleteObjects(ctx, in, o...); return err }
 	if op, ok := OpFrom(ctx); ok && op.Op == messages.OpDelete {
-		return out, w.m.opEffect(ctx, op, "delete "+aws.ToString(in.Key), call)
+		return out, w.m.opEffect(ctx, op, "delete "+strings.Join(keys, ", "), call)
 	}
 	return out, call()
 }
