@@ -259,6 +259,8 @@ type GroupRun struct {
 type CallerRequests struct {
 	Caller   string `json:"caller"`
 	Requests int    `json:"requests"`
+	// Operations counts them by "service operation".
+	Operations map[string]int `json:"operations,omitempty"`
 }
 
 // Request is one AWS operation's count per phase.

@@ -36,9 +36,14 @@ func (r *run) requests() {
 	// Only the pipeline's runner names callers: every named request is the
 	// pipeline's; the unnamed ones of its phase are the runner's polling.
 	by := map[string]int{}
+	ops := map[string]map[string]int{}
 	for _, c := range r.counter.SnapshotByCaller() {
 		if c.Caller != "" {
 			by[c.Caller] += c.N
+			if ops[c.Caller] == nil {
+				ops[c.Caller] = map[string]int{}
+			}
+			ops[c.Caller][c.Operation] += c.N
 		}
 	}
 	named := 0
@@ -51,7 +56,7 @@ func (r *run) requests() {
 	}
 	by["event source"] = pipeline - named
 	for _, caller := range slices.Sorted(maps.Keys(by)) {
-		r.sum.ByCaller = append(r.sum.ByCaller, CallerRequests{Caller: caller, Requests: by[caller]})
+		r.sum.ByCaller = append(r.sum.ByCaller, CallerRequests{Caller: caller, Requests: by[caller], Operations: ops[caller]})
 	}
 }
 

@@ -452,7 +452,15 @@ func (c Cleaner) Sweep(ctx context.Context) error {
 	}
 	byKind := records.ByKind(due)
 	active, deletes, ranges, orphans := byKind[records.AgendaActive], byKind[records.AgendaDelete], byKind[records.AgendaRange], byKind[records.AgendaOrphans]
+	// A version younger than RedriveAfter is left to its jobs and notes:
+	// nothing the sweep does for one (re-send a lost job, complete or
+	// clean up after a lost note, supersede a stuck one) is due before.
+	young := 0
 	for _, e := range active {
+		if now.Before(e.Since.Add(c.Config.RedriveAfter)) {
+			young++
+			continue
+		}
 		g, err := planning.ParseGroupKey(e.Subject)
 		if err == nil {
 			err = c.Advance(ctx, e.Tenant, g, true)
@@ -476,7 +484,7 @@ func (c Cleaner) Sweep(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	c.Logger.InfoContext(ctx, "sweep done", "active", len(active), "deletes", len(deletes), "ranges", len(ranges),
+	c.Logger.InfoContext(ctx, "sweep done", "active", len(active)-young, "young", young, "deletes", len(deletes), "ranges", len(ranges),
 		"orphanSweeps", len(orphans), "errors", len(errs))
 	if len(errs) > 0 {
 		return fmt.Errorf("sweep: %d errors: %w", len(errs), errors.Join(errs...))

@@ -38,7 +38,7 @@ func (u Uploader) records() opRecords { return u.Store }
 type opRecords interface {
 	GetBlock(ctx context.Context, tenant, id string) (records.Block, bool, error)
 	MarkPublished(ctx context.Context, tenant, id string, gen int64, vid string, now time.Time) error
-	RecordMark(ctx context.Context, tenant, id string, gen int64, vid, globalVid string, now time.Time) error
+	RecordMark(ctx context.Context, tenant, id string, gen int64, vid, globalVid string, retireAt, deleteAt, now time.Time) error
 	RecordNoCompactMark(ctx context.Context, tenant, id string, gen int64, vid string, ours bool, globalVid string, now time.Time) error
 	ForgetNoCompactMark(ctx context.Context, tenant, id string, gen int64, vid string, now time.Time) error
 }
@@ -226,7 +226,8 @@ func (u Uploader) mark(ctx context.Context, k blockkey.Key, b records.Block, log
 	if err := u.step(ctx, "uploader.mark-written", b.Key()); err != nil {
 		return err
 	}
-	if err := u.records().RecordMark(ctx, b.Tenant, b.ID, b.Gen, vid, globalVid, u.now()); err != nil {
+	now := u.now()
+	if err := u.records().RecordMark(ctx, b.Tenant, b.ID, b.Gen, vid, globalVid, time.UnixMilli(b.RetireAt), now.Add(u.Config.DeletionDelay), now); err != nil {
 		if records.IsConditionLost(err) {
 			log.WarnContext(ctx, "block moved on while marking", "lost", err)
 			return nil

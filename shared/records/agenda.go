@@ -29,7 +29,8 @@ const (
 	// sweep at Due (a slow losing job may write after the first).
 	AgendaOrphans AgendaKind = "ORPHANS"
 	// AgendaActive: a group with an unfinished version; the sweep re-drives
-	// it whatever its due time.
+	// it whatever its due time, once it has had the time to advance on its
+	// own (AgendaEntry.Since).
 	AgendaActive AgendaKind = "ACTIVE"
 )
 
@@ -40,7 +41,11 @@ type AgendaEntry struct {
 	Due     time.Time
 	Tenant  string
 	Subject string
-	pk, sk  string
+	// Since is when an ACTIVE entry's version was created (zero for an
+	// entry of an earlier release): the sweep leaves a version alone
+	// while its jobs and notes may still be on their way.
+	Since  time.Time
+	pk, sk string
 }
 
 // AgendaShards is how many partition keys the agenda is spread over
@@ -173,7 +178,13 @@ func parseAgendaItem(pk string, it map[string]types.AttributeValue) (AgendaEntry
 	if err != nil {
 		return AgendaEntry{}, false
 	}
-	return AgendaEntry{Kind: AgendaKind(kind), Due: time.UnixMilli(ms), Tenant: parts[2], Subject: parts[3], pk: pk, sk: skv.Value}, true
+	e := AgendaEntry{Kind: AgendaKind(kind), Due: time.UnixMilli(ms), Tenant: parts[2], Subject: parts[3], pk: pk, sk: skv.Value}
+	if v, ok := it["since"].(*types.AttributeValueMemberN); ok {
+		if since, err := strconv.ParseInt(v.Value, 10, 64); err == nil {
+			e.Since = time.UnixMilli(since)
+		}
+	}
+	return e, true
 }
 
 // ByKind splits entries by kind, each kind's in the order given.

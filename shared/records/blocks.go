@@ -342,18 +342,31 @@ func (st *Store) toRetiring(ctx context.Context, op string, name protocol.Name, 
 }
 
 // RecordMark records the deletion-mark.json version the uploader wrote for
-// a RETIRING block at gen, and when: the deletion delay runs from then.
-// globalVid is the global marker's version in a Cortex or Mimir bucket
-// ("" when none was written).
-func (st *Store) RecordMark(ctx context.Context, tenant, id string, gen int64, vid, globalVid string, now time.Time) error {
+// a RETIRING block at gen, and when: the deletion delay runs from then, so
+// the block's DEL agenda entry moves in the same transaction from
+// retireAt (when it was retired) to deleteAt (the delay after the mark),
+// and the sweep visits it once, when it is due, instead of first finding
+// it early. globalVid is the global marker's version in a Cortex or Mimir
+// bucket ("" when none was written).
+func (st *Store) RecordMark(ctx context.Context, tenant, id string, gen int64, vid, globalVid string, retireAt, deleteAt, now time.Time) error {
 	b := Block{Tenant: tenant, ID: id, Gen: gen}
-	set := "markVid = :vid, markedAt = :now, updatedAt = :now"
-	vals := map[string]types.AttributeValue{":vid": s(vid), ":now": n(now.UnixMilli())}
+	set := "markVid = :vid, markedAt = :now, retireAt = :at, updatedAt = :now"
+	vals := map[string]types.AttributeValue{":vid": s(vid), ":now": n(now.UnixMilli()), ":at": n(deleteAt.UnixMilli())}
 	if globalVid != "" {
 		set += ", gmVid = :gvid"
 		vals[":gvid"] = s(globalVid)
 	}
-	return st.writeBlock(ctx, "marked "+b.Key(), protocol.RecordMark, b, expect{}, now, set, "", vals)
+	g, it, err := blockWrite(protocol.RecordMark, b, expect{}, now, set, "", vals)
+	if err != nil {
+		return err
+	}
+	var x tx
+	x.add(g, it)
+	x.plain(types.TransactWriteItem{Put: &types.Put{Item: agendaItem(AgendaDelete, deleteAt, tenant, id)}})
+	if !retireAt.Equal(deleteAt) {
+		x.plain(types.TransactWriteItem{Delete: &types.Delete{Key: agendaKey(AgendaDelete, retireAt, tenant, id)}})
+	}
+	return st.commit(ctx, "marked "+b.Key(), x)
 }
 
 // NoteForeignMark records a mark another tool wrote for a LIVE or CLAIMED

@@ -102,9 +102,9 @@ func (st *Store) CreateVersion(ctx context.Context, prev, next Group, now, prevO
 		}
 		x.add(pg, pg.put(part))
 	}
-	x.plain(types.TransactWriteItem{Put: &types.Put{
-		Item: agendaItem(AgendaActive, time.UnixMilli(0), next.Tenant, activeSubject(next.Key)),
-	}})
+	active := agendaItem(AgendaActive, time.UnixMilli(0), next.Tenant, activeSubject(next.Key))
+	active["since"] = n(next.CreatedAt)
+	x.plain(types.TransactWriteItem{Put: &types.Put{Item: active}})
 	if prev.Version > 0 {
 		x.plain(types.TransactWriteItem{Put: &types.Put{
 			Item: agendaItem(AgendaOrphans, prevOrphansAt, prev.Tenant, orphansSubject(prev)),
