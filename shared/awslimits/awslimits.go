@@ -13,20 +13,25 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 )
 
 // The limits, as AWS documents them.
 const (
-	MaxGroupIDLength  = 128
-	MaxDedupIDLength  = 128
-	MaxBodyBytes      = 256 * 1024
-	MaxItemBytes      = 400 * 1024
-	MaxTransactItems  = 100
-	MaxTransactBytes  = 4 * 1024 * 1024
-	maxNumberEncoding = 21 // DynamoDB stores a number in at most 21 bytes
+	MaxGroupIDLength = 128
+	MaxDedupIDLength = 128
+	MaxBodyBytes     = 256 * 1024
+	MaxBatchEntries  = 10
+	// MaxBatchWriteItems is BatchWriteItem's limit.
+	MaxBatchWriteItems = 25
+	MaxItemBytes       = 400 * 1024
+	MaxTransactItems   = 100
+	MaxTransactBytes   = 4 * 1024 * 1024
+	maxNumberEncoding  = 21 // DynamoDB stores a number in at most 21 bytes
 )
 
 // ErrLimit is wrapped by every refusal.
@@ -73,6 +78,60 @@ func (s SQS) SendMessage(ctx context.Context, in *sqs.SendMessageInput, opts ...
 		return nil, s.Refused.refuse("SQS: message body of %d bytes (at most %d)", len(b), MaxBodyBytes)
 	}
 	return s.SQSSender.SendMessage(ctx, in, opts...)
+}
+
+// SendMessageBatch refuses a batch SQS would refuse (more than ten
+// entries, more than 256 KiB in all, an entry SendMessage would refuse),
+// else sends it: as one batch when the client beneath can, else entry by
+// entry.
+func (s SQS) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
+	if len(in.Entries) == 0 || len(in.Entries) > MaxBatchEntries {
+		return nil, s.Refused.refuse("SQS: a batch of %d messages (1 to %d)", len(in.Entries), MaxBatchEntries)
+	}
+	total := 0
+	for _, e := range in.Entries {
+		if g := deref(e.MessageGroupId); len(g) > MaxGroupIDLength {
+			return nil, s.Refused.refuse("SQS: MessageGroupId of %d characters (at most %d): %.40q…", len(g), MaxGroupIDLength, g)
+		}
+		if d := deref(e.MessageDeduplicationId); len(d) > MaxDedupIDLength {
+			return nil, s.Refused.refuse("SQS: MessageDeduplicationId of %d characters (at most %d)", len(d), MaxDedupIDLength)
+		}
+		total += len(deref(e.MessageBody))
+	}
+	if total > MaxBodyBytes {
+		return nil, s.Refused.refuse("SQS: a batch of %d bytes (at most %d)", total, MaxBodyBytes)
+	}
+	return SendBatch(ctx, s.SQSSender, in, opts...)
+}
+
+// SendBatch sends in through c: as one SendMessageBatch when c can, else
+// each entry with SendMessage, in order, up to the first that fails; the
+// failed one and the rest are reported as the batch API reports failures.
+func SendBatch(ctx context.Context, c SQSSender, in *sqs.SendMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
+	if b, ok := c.(interface {
+		SendMessageBatch(context.Context, *sqs.SendMessageBatchInput, ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error)
+	}); ok {
+		return b.SendMessageBatch(ctx, in, opts...)
+	}
+	out := &sqs.SendMessageBatchOutput{}
+	var failed error
+	for _, e := range in.Entries {
+		if failed != nil {
+			// What follows a failed entry is not sent: its group's order holds.
+			out.Failed = append(out.Failed, sqstypes.BatchResultErrorEntry{Id: e.Id, Code: aws.String("NotSent"), Message: aws.String("an earlier entry failed: " + failed.Error())})
+			continue
+		}
+		res, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: in.QueueUrl, MessageBody: e.MessageBody,
+			MessageGroupId: e.MessageGroupId, MessageDeduplicationId: e.MessageDeduplicationId, DelaySeconds: e.DelaySeconds,
+			MessageAttributes: e.MessageAttributes})
+		if err != nil {
+			failed = err
+			out.Failed = append(out.Failed, sqstypes.BatchResultErrorEntry{Id: e.Id, Code: aws.String("SendMessage"), Message: aws.String(err.Error()), SenderFault: true})
+			continue
+		}
+		out.Successful = append(out.Successful, sqstypes.SendMessageBatchResultEntry{Id: e.Id, MessageId: res.MessageId, MD5OfMessageBody: res.MD5OfMessageBody})
+	}
+	return out, nil
 }
 
 // DynamoDBWriter is the part of a DynamoDB client that writes.
@@ -189,6 +248,7 @@ type DynamoDBAPI interface {
 	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
 	Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
 	BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
+	BatchWriteItem(ctx context.Context, in *dynamodb.BatchWriteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error)
 	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
 }
 
@@ -196,6 +256,26 @@ type DynamoDBAPI interface {
 type DynamoDB struct {
 	DynamoDBAPI
 	Refused *Refusals
+}
+
+// BatchWriteItem refuses a batch DynamoDB would refuse (more than 25
+// requests, an item over 400 KB), else writes it.
+func (d DynamoDB) BatchWriteItem(ctx context.Context, in *dynamodb.BatchWriteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error) {
+	n := 0
+	for _, reqs := range in.RequestItems {
+		for _, r := range reqs {
+			n++
+			if r.PutRequest != nil {
+				if err := CheckPut(r.PutRequest.Item); err != nil {
+					return nil, d.Refused.refuse("%v", err)
+				}
+			}
+		}
+	}
+	if n == 0 || n > MaxBatchWriteItems {
+		return nil, d.Refused.refuse("DynamoDB: a batch write of %d requests (1 to %d)", n, MaxBatchWriteItems)
+	}
+	return d.DynamoDBAPI.BatchWriteItem(ctx, in, opts...)
 }
 
 // PutItem refuses an item DynamoDB would refuse, else puts it.

@@ -3,6 +3,7 @@ package awslimits
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 )
 
 type okSQS struct{ sent int }
@@ -75,5 +77,61 @@ func TestItemSizeAndTransactions(t *testing.T) {
 	d := DynamoDB{Refused: &Refusals{}}
 	if _, err := d.PutItem(context.Background(), &dynamodb.PutItemInput{Item: big}); !errors.Is(err, ErrLimit) || d.Refused.N() != 1 {
 		t.Errorf("PutItem of a big item: %v", err)
+	}
+}
+
+// failingSQS fails its second SendMessage.
+type failingSQS struct{ okSQS }
+
+func (f *failingSQS) SendMessage(ctx context.Context, in *sqs.SendMessageInput, o ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
+	if f.sent == 1 {
+		f.sent++
+		return nil, errors.New("connection reset")
+	}
+	return f.okSQS.SendMessage(ctx, in, o...)
+}
+
+func entries(n, body int) []sqstypes.SendMessageBatchRequestEntry {
+	var out []sqstypes.SendMessageBatchRequestEntry
+	for i := range n {
+		out = append(out, sqstypes.SendMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), MessageBody: aws.String(strings.Repeat("b", body))})
+	}
+	return out
+}
+
+// A batch is held to SQS's limits (ten entries, 256 KiB in all, each
+// entry as a single message); beneath a client that cannot batch it is
+// sent entry by entry, and nothing after a failed entry goes out.
+func TestSQSBatchLimits(t *testing.T) {
+	refused := &Refusals{}
+	inner := &okSQS{}
+	s := SQS{SQSSender: inner, Refused: refused}
+	for _, tc := range []struct {
+		name string
+		in   []sqstypes.SendMessageBatchRequestEntry
+		ok   bool
+	}{
+		{"ten", entries(10, 100), true},
+		{"eleven", entries(11, 100), false},
+		{"none", nil, false},
+		{"256 KiB in all", entries(4, 64*1024), true},
+		{"over 256 KiB in all", entries(5, 64*1024), false},
+		{"a group id of 129", append(entries(1, 1), sqstypes.SendMessageBatchRequestEntry{Id: aws.String("g"), MessageBody: aws.String("x"), MessageGroupId: aws.String(strings.Repeat("g", 129))}), false},
+	} {
+		out, err := s.SendMessageBatch(context.Background(), &sqs.SendMessageBatchInput{QueueUrl: aws.String("q"), Entries: tc.in})
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrLimit)) {
+			t.Errorf("%s: err = %v, want ok=%v", tc.name, err, tc.ok)
+		}
+		if err == nil && (len(out.Successful) != len(tc.in) || len(out.Failed) != 0) {
+			t.Errorf("%s: %d sent, %d failed; want all %d sent", tc.name, len(out.Successful), len(out.Failed), len(tc.in))
+		}
+	}
+	if inner.sent != 14 || refused.N() != 4 {
+		t.Errorf("sent %d one by one, refused %d batches; want 14 and 4", inner.sent, refused.N())
+	}
+	f := &failingSQS{}
+	out, err := SendBatch(context.Background(), f, &sqs.SendMessageBatchInput{QueueUrl: aws.String("q"), Entries: entries(4, 1)})
+	if err != nil || len(out.Successful) != 1 || len(out.Failed) != 3 || f.sent != 2 {
+		t.Errorf("the second of 4 failing: %d sent, %d failed, %d tried (%v); want 1 sent, the rest failed, 2 tried", len(out.Successful), len(out.Failed), f.sent, err)
 	}
 }

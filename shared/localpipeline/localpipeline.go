@@ -187,3 +187,11 @@ func (w wakingSQS) SendMessage(ctx context.Context, in *sqs.SendMessageInput, op
 	}
 	return out, err
 }
+
+func (w wakingSQS) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
+	out, err := awslimits.SendBatch(ctx, w.SQS, in, opts...)
+	if err == nil && len(out.Successful) > 0 {
+		w.wake(aws.ToString(in.QueueUrl))
+	}
+	return out, err
+}

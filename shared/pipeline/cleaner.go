@@ -37,6 +37,7 @@ type cleanerRecords interface {
 	Activate(ctx context.Context, b records.Block, now time.Time) (int64, error)
 	Complete(ctx context.Context, g records.Group, now time.Time) error
 	DoneAgenda(ctx context.Context, e records.AgendaEntry) error
+	DoneAgendaAll(ctx context.Context, entries []records.AgendaEntry) error
 	DueAll(ctx context.Context, now time.Time) ([]records.AgendaEntry, error)
 	GetGroup(ctx context.Context, tenant string, g planning.GroupKey) (records.Group, bool, error)
 	PutAgenda(ctx context.Context, k records.AgendaKind, due time.Time, tenant, subject string) error
@@ -229,6 +230,7 @@ func (c Cleaner) finishComplete(ctx context.Context, head records.Group, parts [
 // sends their PUBLISH ops (again for those LIVE but not yet published),
 // and counts those published already.
 func (c Cleaner) publishOutputs(ctx context.Context, outs []records.Block, now time.Time, log *slog.Logger) (published int, err error) {
+	var ops []messages.BlockOp
 	for _, b := range outs {
 		switch {
 		case b.State == protocol.BlockPending:
@@ -243,23 +245,22 @@ func (c Cleaner) publishOutputs(ctx context.Context, outs []records.Block, now t
 				}
 				return 0, err
 			}
-			if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpPublish, Tenant: b.Tenant, Block: b.ID, Gen: gen}); err != nil {
-				return 0, err
-			}
+			ops = append(ops, messages.BlockOp{Op: messages.OpPublish, Tenant: b.Tenant, Block: b.ID, Gen: gen})
 		case b.State == protocol.BlockLive && !b.Published:
-			if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpPublish, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen}); err != nil {
-				return 0, err
-			}
+			ops = append(ops, messages.BlockOp{Op: messages.OpPublish, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen})
 		case b.Published:
 			published++
 		}
 	}
-	return published, nil
+	// An activation whose op does not go out (a crash) is re-driven: a
+	// LIVE output not yet published gets its op again.
+	return published, c.Send.Ops(ctx, ops)
 }
 
 // retireSources moves the version's sources to RETIRING and sends their
 // MARK ops (again for those retiring with no mark recorded).
 func (c Cleaner) retireSources(ctx context.Context, head records.Group, srcs []records.Block, now time.Time, log *slog.Logger) error {
+	var ops []messages.BlockOp
 	for _, b := range srcs {
 		switch {
 		case b.State == protocol.BlockClaimed && b.ClaimedBy == head.Ref():
@@ -283,16 +284,14 @@ func (c Cleaner) retireSources(ctx context.Context, head records.Group, srcs []r
 				}
 				gen = cur.Gen
 			}
-			if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpMark, Tenant: b.Tenant, Block: b.ID, Gen: gen}); err != nil {
-				return err
-			}
+			ops = append(ops, messages.BlockOp{Op: messages.OpMark, Tenant: b.Tenant, Block: b.ID, Gen: gen})
 		case b.State == protocol.BlockRetiring && b.MarkVersionID == "":
-			if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpMark, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen}); err != nil {
-				return err
-			}
+			ops = append(ops, messages.BlockOp{Op: messages.OpMark, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen})
 		}
 	}
-	return nil
+	// A retirement whose MARK does not go out (a crash) is re-driven: a
+	// RETIRING source with no mark recorded gets its op again.
+	return c.Send.Ops(ctx, ops)
 }
 
 // finishRetired runs the first orphan sweep of a retired version, takes it
@@ -469,7 +468,7 @@ func (c Cleaner) Sweep(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("advance %s/%s: %w", e.Tenant, e.Subject, err))
 		}
 	}
-	errs = append(errs, forEach(ctx, deletes, max(c.Config.SweepParallelism, 1), c.deleteRetired)...)
+	errs = append(errs, c.deleteRetired(ctx, deletes)...)
 	for _, e := range ranges {
 		if err := c.Send.Plan(ctx, messages.PlanRequest{Tenant: e.Tenant, Group: e.Subject, Why: "range closed"}); err != nil {
 			errs = append(errs, err)
@@ -517,47 +516,89 @@ func forEach(ctx context.Context, entries []records.AgendaEntry, limit int, fn f
 	return errs
 }
 
-// deleteRetired handles a due DEL entry. A RETIRING block is deleted only
-// once its deletion mark is recorded and the delay has passed since then
-// (a MARK op that was lost is sent again, the entry waits); RETIRING →
-// DELETED, then the DELETE op, then the entry goes. A sweep that dies in
+// deleteRetired handles the due DEL entries. A RETIRING block is deleted
+// only once its deletion mark is recorded and the delay has passed since
+// then (a MARK op that was lost is sent again, the entry waits); RETIRING
+// → DELETED, then the DELETE op, then the entry goes. A sweep that dies in
 // between finds the block DELETED next time and sends its DELETE op again
-// (ops are idempotent), so no deleted block keeps its objects.
-func (c Cleaner) deleteRetired(ctx context.Context, e records.AgendaEntry) error {
-	b, ok, err := c.records().GetBlock(ctx, e.Tenant, e.Subject)
-	if err != nil {
-		return err
+// (ops are idempotent), so no deleted block keeps its objects. The blocks
+// are read together, and the ops sent together, once every transition is
+// made.
+func (c Cleaner) deleteRetired(ctx context.Context, entries []records.AgendaEntry) []error {
+	if len(entries) == 0 {
+		return nil
 	}
+	byTenant := map[string][]string{}
+	for _, e := range entries {
+		byTenant[e.Tenant] = append(byTenant[e.Tenant], e.Subject)
+	}
+	blocks := map[string]records.Block{}
+	for tenant, ids := range byTenant {
+		bs, err := c.records().GetBlocks(ctx, tenant, ids)
+		if err != nil {
+			return []error{err}
+		}
+		for _, b := range bs {
+			blocks[tenant+"/"+b.ID] = b
+		}
+	}
+	var (
+		mu   sync.Mutex
+		ops  []messages.BlockOp
+		done []records.AgendaEntry
+	)
+	errs := forEach(ctx, entries, max(c.Config.SweepParallelism, 1), func(ctx context.Context, e records.AgendaEntry) error {
+		b, ok := blocks[e.Tenant+"/"+e.Subject]
+		op, finished, err := c.deleteOne(ctx, e, b, ok)
+		mu.Lock()
+		defer mu.Unlock()
+		if op != nil {
+			ops = append(ops, *op)
+		}
+		if finished {
+			done = append(done, e)
+		}
+		return err
+	})
+	if err := c.Send.Ops(ctx, ops); err != nil {
+		return append(errs, err)
+	}
+	if err := c.records().DoneAgendaAll(ctx, done); err != nil {
+		errs = append(errs, err)
+	}
+	return errs
+}
+
+// deleteOne decides a due DEL entry of block b (ok: its record exists):
+// the op to send, and whether the entry is done once it is sent.
+func (c Cleaner) deleteOne(ctx context.Context, e records.AgendaEntry, b records.Block, ok bool) (*messages.BlockOp, bool, error) {
 	now := c.now()
 	switch {
 	case !ok || (b.State != protocol.BlockRetiring && b.State != protocol.BlockDeleted):
-		return c.records().DoneAgenda(ctx, e)
+		return nil, true, nil
 	case b.State == protocol.BlockRetiring && b.MarkVersionID == "":
 		c.Logger.WarnContext(ctx, "retired block has no recorded deletion mark yet; sending its MARK again", "tenant", b.Tenant, "block", b.ID, "gen", b.Gen)
-		return c.Send.Op(ctx, messages.BlockOp{Op: messages.OpMark, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen})
+		return &messages.BlockOp{Op: messages.OpMark, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen}, false, nil
 	case b.State == protocol.BlockRetiring && now.UnixMilli() < b.MarkedAt+c.Config.DeletionDelay.Milliseconds():
 		due := time.UnixMilli(b.MarkedAt + c.Config.DeletionDelay.Milliseconds())
 		if err := c.records().PutAgenda(ctx, records.AgendaDelete, due, b.Tenant, b.ID); err != nil {
-			return err
+			return nil, false, err
 		}
-		return c.records().DoneAgenda(ctx, e)
+		return nil, !due.Equal(e.Due), nil
 	case b.State == protocol.BlockRetiring:
 		if err := c.step(ctx, "cleaner.before-delete", b.Key()); err != nil {
-			return err
+			return nil, false, err
 		}
 		gen, err := c.records().StartDelete(ctx, b, c.Config.Policy.MemberRanges(b.Stream, b.Level, b.MinT, b.MaxT), now)
 		if err != nil {
 			if records.IsConditionLost(err) {
-				return nil // a rival sweep moved it; the next sweep sees where it is
+				return nil, false, nil // a rival sweep moved it; the next sweep sees where it is
 			}
-			return err
+			return nil, false, err
 		}
 		b.Gen = gen
 	}
-	if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpDelete, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen}); err != nil {
-		return err
-	}
-	return c.records().DoneAgenda(ctx, e)
+	return &messages.BlockOp{Op: messages.OpDelete, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen}, true, nil
 }
 
 func (c Cleaner) secondOrphanSweep(ctx context.Context, e records.AgendaEntry) error {

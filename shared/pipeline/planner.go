@@ -509,11 +509,13 @@ func (p Planner) planFor(ctx context.Context, b records.Block) error {
 		return p.PlanGroup(ctx, b.Tenant, planning.SplitKey(b.Stream, b.MinT, b.ID))
 	}
 	var lookupErr error
+	heads := map[planning.GroupKey]records.Group{}
 	g, ok := p.Config.Policy.Target(b.Stream, b.Level, b.MinT, b.MaxT, func(g planning.GroupKey) bool {
 		head, found, err := p.records().GetGroup(ctx, b.Tenant, g)
 		if err != nil {
 			lookupErr = err
 		}
+		heads[g] = head
 		return found && head.EverCompleted
 	})
 	if lookupErr != nil {
@@ -523,7 +525,11 @@ func (p Planner) planFor(ctx context.Context, b records.Block) error {
 		p.Logger.DebugContext(ctx, "block has no group to go to", "tenant", b.Tenant, "block", b.ID, "level", b.Level)
 		return nil
 	}
-	return p.PlanGroup(ctx, b.Tenant, g)
+	var read *records.Group
+	if head, ok := heads[g]; ok {
+		read = &head // just read by Target: planning starts from it
+	}
+	return p.planGroup(ctx, b.Tenant, g, read)
 }
 
 // disabledRecheck is how often a range of a tenant whose compaction the
@@ -539,6 +545,12 @@ const maxPlanRounds = 3
 // off (returns nil) whenever another actor holds the group or its blocks:
 // completion re-plans.
 func (p Planner) PlanGroup(ctx context.Context, tenant string, g planning.GroupKey) error {
+	return p.planGroup(ctx, tenant, g, nil)
+}
+
+// planGroup is PlanGroup starting from head when the caller has just read
+// it (its first round reads it no second time).
+func (p Planner) planGroup(ctx context.Context, tenant string, g planning.GroupKey, head *records.Group) error {
 	if p.overrides(ctx).CompactionDisabled(tenant) {
 		// Its blocks keep being registered; the range looks again later,
 		// so that clearing the override needs no new upload.
@@ -547,19 +559,22 @@ func (p Planner) PlanGroup(ctx context.Context, tenant string, g planning.GroupK
 		return p.records().PutAgenda(ctx, records.AgendaRange, p.now().Add(disabledRecheck), tenant, g.String())
 	}
 	for round := 0; round < maxPlanRounds; round++ {
-		again, err := p.planOnce(ctx, tenant, g)
+		again, err := p.planOnce(ctx, tenant, g, head)
 		if err != nil || !again {
 			return err
 		}
+		head = nil // the version moved on: read it again
 	}
 	p.Logger.WarnContext(ctx, "giving up planning after lost claims; the sweep will re-plan", "tenant", tenant, "group", g.String())
 	return nil
 }
 
-func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKey) (again bool, err error) {
+func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKey, read *records.Group) (again bool, err error) {
 	log := p.Logger.With(logattr.Group(tenant, g))
-	head, _, err := p.records().GetGroup(ctx, tenant, g)
-	if err != nil {
+	var head records.Group
+	if read != nil {
+		head = *read
+	} else if head, _, err = p.records().GetGroup(ctx, tenant, g); err != nil {
 		return false, err
 	}
 	if head.State.Unfinished() {

@@ -44,12 +44,13 @@ func (d *Deps) sendJobs(ctx context.Context, g records.Group, only []int, resend
 	if g.Key.IsSplit() && len(parts) > 1 {
 		parts = parts[:1]
 	}
-	for _, i := range parts {
-		j := messages.Job{Tenant: g.Tenant, Group: g.Key.String(), Version: g.Version, Partition: i,
+	jobs := make([]messages.Job, len(parts))
+	for k, i := range parts {
+		jobs[k] = messages.Job{Tenant: g.Tenant, Group: g.Key.String(), Version: g.Version, Partition: i,
 			Output: outputULID(g, i).String(), Resend: resend}
-		if err := d.Send.Job(ctx, j); err != nil {
-			return err
-		}
+	}
+	if err := d.Send.Jobs(ctx, jobs); err != nil {
+		return err
 	}
 	d.Logger.InfoContext(ctx, "jobs sent", "tenant", g.Tenant, "group", g.Key.String(), "version", g.Version, "jobs", len(parts), "resend", resend)
 	return nil
@@ -77,16 +78,11 @@ func (d *Deps) outputs(ctx context.Context, head records.Group, parts []records.
 // replan asks the planner to look at the group again (blocks may have
 // arrived while it was busy) and at the next level's group.
 func (d *Deps) replan(ctx context.Context, head records.Group) error {
-	groups := []planning.GroupKey{head.Key}
+	reqs := []messages.PlanRequest{{Tenant: head.Tenant, Group: head.Key.String(), Why: "after " + head.Ref()}}
 	if parent, ok := d.Config.Policy.Parent(head.Key); ok {
-		groups = append(groups, parent)
+		reqs = append(reqs, messages.PlanRequest{Tenant: head.Tenant, Group: parent.String(), Why: "after " + head.Ref()})
 	}
-	for _, g := range groups {
-		if err := d.Send.Plan(ctx, messages.PlanRequest{Tenant: head.Tenant, Group: g.String(), Why: "after " + head.Ref()}); err != nil {
-			return err
-		}
-	}
-	return nil
+	return d.Send.Plans(ctx, reqs)
 }
 
 // cleanupSuperseded releases a superseded version's claims, discards its
@@ -142,6 +138,7 @@ func (d *Deps) discardOutputs(ctx context.Context, head records.Group, parts []r
 	if err != nil {
 		return err
 	}
+	var ops []messages.BlockOp
 	for _, b := range outs {
 		switch b.State {
 		case protocol.BlockPending:
@@ -157,11 +154,9 @@ func (d *Deps) discardOutputs(ctx context.Context, head records.Group, parts []r
 		default:
 			continue
 		}
-		if err := d.Send.Op(ctx, messages.BlockOp{Op: messages.OpDelete, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen}); err != nil {
-			return err
-		}
+		ops = append(ops, messages.BlockOp{Op: messages.OpDelete, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen})
 	}
-	return nil
+	return d.Send.Ops(ctx, ops)
 }
 
 // orphans deletes every object version (and delete marker) under the output keys of a final

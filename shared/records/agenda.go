@@ -12,6 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/sluice-dev/sluice/shared/awslimits"
 )
 
 // AgendaKind is what an agenda entry asks the cleaner's sweep to do.
@@ -207,6 +209,41 @@ func (st *Store) Due(ctx context.Context, k AgendaKind, now time.Time) ([]Agenda
 }
 
 // DoneAgenda removes an entry the sweep has handled.
+// DoneAgendaAll removes entries, 25 to a BatchWriteItem request (an
+// entry is no protocol item: its delete needs no condition), and retries
+// what DynamoDB leaves unprocessed.
+func (st *Store) DoneAgendaAll(ctx context.Context, entries []AgendaEntry) error {
+	for start := 0; start < len(entries); start += awslimits.MaxBatchWriteItems {
+		var reqs []types.WriteRequest
+		for _, e := range entries[start:min(start+awslimits.MaxBatchWriteItems, len(entries))] {
+			reqs = append(reqs, types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: key(e.pk, e.sk)}})
+		}
+		for attempt := 0; len(reqs) > 0; attempt++ {
+			if attempt > 0 {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(time.Duration(50<<min(attempt, 6)) * time.Millisecond):
+				}
+			}
+			if attempt > 10 {
+				return fmt.Errorf("delete %d agenda entries: still unprocessed after %d attempts", len(reqs), attempt)
+			}
+			var out *dynamodb.BatchWriteItemOutput
+			err := st.retry(ctx, "delete agenda entries", func() error {
+				var err error
+				out, err = st.db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{st.table: reqs}})
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			reqs = out.UnprocessedItems[st.table]
+		}
+	}
+	return nil
+}
+
 func (st *Store) DoneAgenda(ctx context.Context, e AgendaEntry) error {
 	return st.retry(ctx, "delete agenda", func() error {
 		_, err := st.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{

@@ -143,3 +143,29 @@ func TestAgendaOfAnEarlierReleaseIsNotLost(t *testing.T) {
 		t.Errorf("two hours on: %v, want the earlier release's DEL acme/B9", got)
 	}
 }
+
+// DoneAgendaAll removes entries in batches of 25 (the store's client
+// refuses a bigger one, as DynamoDB would) and leaves the others.
+func TestDoneAgendaAllRemovesInBatches(t *testing.T) {
+	w := newWorld(t)
+	at := time.UnixMilli(1_700_000_000_000)
+	for i := range 60 {
+		if err := w.store.PutAgenda(w.ctx, records.AgendaDelete, at, "acme", fmt.Sprintf("01HK3QGM00JS67MS0A0DFM%04d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	due, err := w.store.DueAll(w.ctx, at)
+	if err != nil || len(due) != 60 {
+		t.Fatalf("%d entries due (%v), want 60", len(due), err)
+	}
+	if err := w.store.DoneAgendaAll(w.ctx, due[:55]); err != nil {
+		t.Fatal(err)
+	}
+	left, err := w.store.DueAll(w.ctx, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(names(left), names(due[55:])) {
+		t.Fatalf("left %v, want %v", names(left), names(due[55:]))
+	}
+}

@@ -9,7 +9,7 @@
 // records, published files); at quiescence I1–I4 (testworld.CheckQuiescent)
 // and that no message ended in a DLQ.
 //
-//	go test ./tests/chaos -run TestChaos               # 30 seeds (make test)
+//	go test ./tests/chaos -run TestChaos               # 30 seeds (make test runs 20)
 //	CHAOS_SEEDS=500 go test ./tests/chaos -run TestChaos -timeout 2h   # make chaos SEEDS=500
 //	CHAOS_SEED=17 go test ./tests/chaos -run TestChaos -v              # replay seed 17
 package chaos
@@ -92,8 +92,10 @@ const (
 	// about 90 s on an idle two-core machine; six at once on a machine
 	// that is also compiling took over four minutes (every seed of that
 	// wave failed liveness, none livelocked), so the bound is generous:
-	// a livelock is still caught, later.
-	settleTimeout = 6 * time.Minute
+	// a livelock is still caught, later. A seed that splits its blocks
+	// does more (113 s alone for seed 2) and took over six minutes beside
+	// make test's integration tests (ci on eb22dee).
+	settleTimeout = 8 * time.Minute
 	// A job with less than deadlineMargin left stops (fDeadline). A
 	// version's jobs may fail maxJobAttempts times before quarantine: far
 	// more than in production (3), because the run kills jobs at a rate no
@@ -107,7 +109,7 @@ const (
 )
 
 // coverageSeeds is the smallest run whose report must show every fault
-// kind injected and every check made (make test runs 30 seeds; a replay of
+// kind injected and every check made (make test runs 20 seeds; a replay of
 // one seed is not held to it).
 const coverageSeeds = 20
 

@@ -359,6 +359,11 @@ func (f *faultDB) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInp
 	return f.DynamoDB.BatchGetItem(ctx, in, o...)
 }
 
+func (f *faultDB) BatchWriteItem(ctx context.Context, in *dynamodb.BatchWriteItemInput, o ...func(*dynamodb.Options)) (out *dynamodb.BatchWriteItemOutput, err error) {
+	err = f.write(ctx, "BatchWriteItem", "", func() (e error) { out, e = f.DynamoDB.BatchWriteItem(ctx, in, o...); return })
+	return out, err
+}
+
 func (f *faultDB) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (out *dynamodb.PutItemOutput, err error) {
 	err = f.write(ctx, "PutItem", dbSubject(in.Item), func() (e error) { out, e = f.DynamoDB.PutItem(ctx, in, o...); return })
 	return out, err

@@ -237,6 +237,23 @@ func (g gatedDB) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInpu
 	return g.db.BatchGetItem(ctx, in, o...)
 }
 
+func (g gatedDB) BatchWriteItem(ctx context.Context, in *dynamodb.BatchWriteItemInput, o ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error) {
+	var rs []resource
+	for _, reqs := range in.RequestItems {
+		for _, r := range reqs {
+			if r.DeleteRequest != nil {
+				rs = append(rs, resource{name: itemName(r.DeleteRequest.Key), write: true})
+			} else if r.PutRequest != nil {
+				rs = append(rs, resource{name: itemName(r.PutRequest.Item), write: true})
+			}
+		}
+	}
+	if err := enter(ctx, call{op: "DynamoDB.BatchWriteItem", resources: rs}); err != nil {
+		return nil, err
+	}
+	return g.db.BatchWriteItem(ctx, in, o...)
+}
+
 func (g gatedDB) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, o ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
 	var rs []resource
 	for _, it := range in.TransactItems {

@@ -323,6 +323,26 @@ func (w *watchedDB) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemI
 	return w.db.BatchGetItem(ctx, in, o...)
 }
 
+// BatchWriteItem carries no protocol transition (it cannot hold a
+// condition): a protocol item in it is a write that names none.
+func (w *watchedDB) BatchWriteItem(ctx context.Context, in *dynamodb.BatchWriteItemInput, o ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error) {
+	w.m.writes.Lock()
+	defer w.m.writes.Unlock()
+	for _, reqs := range in.RequestItems {
+		for _, r := range reqs {
+			key := map[string]types.AttributeValue(nil)
+			if r.DeleteRequest != nil {
+				key = r.DeleteRequest.Key
+			} else if r.PutRequest != nil {
+				key = r.PutRequest.Item
+			}
+			ref := refOf(key)
+			w.m.check(CheckTypedWrite, !ref.protocolItem(), "a batch write of %s/%s: no transition can be made unconditionally", ref.pk, ref.sk)
+		}
+	}
+	return w.db.BatchWriteItem(ctx, in, o...)
+}
+
 func (w *watchedDB) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, o ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
 	w.m.writes.Lock()
 	defer w.m.writes.Unlock()
