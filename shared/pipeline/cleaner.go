@@ -543,27 +543,33 @@ func (c Cleaner) deleteRetired(ctx context.Context, entries []records.AgendaEntr
 		}
 	}
 	var (
-		mu   sync.Mutex
-		ops  []messages.BlockOp
-		done []records.AgendaEntry
+		mu sync.Mutex
+		// done are the entries finished once ops go out; settled those
+		// finished whatever happens to the ops.
+		ops           []messages.BlockOp
+		done, settled []records.AgendaEntry
 	)
 	errs := forEach(ctx, entries, max(c.Config.SweepParallelism, 1), func(ctx context.Context, e records.AgendaEntry) error {
 		b, ok := blocks[e.Tenant+"/"+e.Subject]
 		op, finished, err := c.deleteOne(ctx, e, b, ok)
 		mu.Lock()
 		defer mu.Unlock()
-		if op != nil {
+		switch {
+		case op != nil:
 			ops = append(ops, *op)
-		}
-		if finished {
-			done = append(done, e)
+			if finished {
+				done = append(done, e)
+			}
+		case finished:
+			settled = append(settled, e)
 		}
 		return err
 	})
 	if err := c.Send.Ops(ctx, ops); err != nil {
-		return append(errs, err)
+		// The entries whose ops did not go out stay, and are re-driven.
+		errs, done = append(errs, err), nil
 	}
-	if err := c.records().DoneAgendaAll(ctx, done); err != nil {
+	if err := c.records().DoneAgendaAll(ctx, append(settled, done...)); err != nil {
 		errs = append(errs, err)
 	}
 	return errs
