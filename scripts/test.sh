@@ -9,6 +9,18 @@ export AWS_ENDPOINT_URL="${AWS_ENDPOINT_URL:-http://127.0.0.1:$SLUICE_EMULATOR_P
 export AWS_REGION="${AWS_REGION:-us-east-1}" AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-test}" AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-test}"
 GOTEST_FLAGS=${GOTEST_FLAGS:-}
 
+# The status page is tested in a real headless browser (tests/ui): Chromium
+# from Debian's packages, installed here when missing, and the test is told
+# to fail rather than skip without it.
+if [ -z "${SLUICE_CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1; then
+  echo "== installing Chromium from Debian's packages (the status page's browser test)"
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
+fi
+export SLUICE_REQUIRE_BROWSER=1
+
 echo "== unit tests and the in-memory tier (no emulator)"
 go test -short -count=1 $GOTEST_FLAGS ./...
 

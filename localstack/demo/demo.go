@@ -179,6 +179,9 @@ type Summary struct {
 	// Thanos is the Thanos-layout deployment's own summary (nil when
 	// skipped); its failures are in Failures too, prefixed "thanos: ".
 	Thanos *Summary `json:"thanos,omitempty"`
+	// StatusPage is the status page written at the end (as `sluice
+	// status --html` writes it); empty when it could not be written.
+	StatusPage string `json:"statusPage,omitempty"`
 	// ThanosVerdict is what Thanos' verifier said of that bucket (set on
 	// the Thanos summary), or why it was not run.
 	ThanosVerdict string `json:"thanosVerdict,omitempty"`
@@ -400,6 +403,7 @@ func (r *run) scenario(ctx context.Context) error {
 	if r.thanos {
 		r.thanosVerdict(ctx)
 	}
+	r.statusPage(ctx)
 	r.requests()
 	r.sum.Elapsed = time.Since(r.start)
 	r.report()

@@ -211,6 +211,9 @@ func (r *run) result() {
 	fmt.Fprintln(r.out)
 	if r.sum.OK() {
 		r.stepf("result", "ALL CHECKS PASSED in %s", r.sum.Elapsed.Round(100*time.Millisecond))
+		for _, l := range statusPageLines(r.sum, r.opts.EnvFile) {
+			r.detailf("%s", l)
+		}
 	} else {
 		r.stepf("result", "FAILED after %s:", r.sum.Elapsed.Round(100*time.Millisecond))
 		for _, f := range r.sum.Failures {

@@ -83,6 +83,14 @@ func (c *Cloud) Do(req *http.Request) (*http.Response, error) {
 	return rec.Result(), nil
 }
 
+// ServeHTTP answers a request that came over a socket: a Cloud is also an
+// http.Handler, so its services can be served on a port to other
+// processes (the scale bench's compaction jobs, each a process of its own,
+// and gigabytes of blocks moto cannot list in time).
+func (c *Cloud) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	c.route(req).ServeHTTP(w, req)
+}
+
 // route picks the service by the request's shape: DynamoDB and SQS speak
 // JSON with an X-Amz-Target, S3 is everything else (path-style REST).
 func (c *Cloud) route(req *http.Request) http.Handler {

@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,7 +32,7 @@ func init() {
 	register(&command{
 		name:    "status",
 		summary: "show blocks, groups, leases and dead-letter queues per tenant",
-		usage:   "[--tenant T] [--json] [--all]",
+		usage:   "[--tenant T] [--json] [--all] [--html FILE]",
 		aws:     true,
 		help: `Shows, per tenant: blocks by level and state; group versions with their
 state and partition progress; compaction leases held and when they expire;
@@ -51,11 +53,16 @@ DELETED, PENDING (an output not yet live), DISCARDED (an output of a
 superseded version), REJECTED (never compacted; the reason is shown),
 QUARANTINED (compaction failed on it again and again; readable, never a
 source until 'sluice retry' releases it). A group is QUARANTINED when its
-jobs kept failing for a reason that names no block.`,
+jobs kept failing for a reason that names no block.
+
+--html FILE writes the status page ('sluice ui' serves it live) to FILE
+instead: the blocks on a timeline by level, every group with its
+partitions, queues and dead letters, in one self-contained HTML file.`,
 		setup: func(fs *flag.FlagSet) runFunc {
 			tenant := fs.String("tenant", "", "only this tenant")
 			asJSON := fs.Bool("json", false, "print JSON for scripts")
 			all := fs.Bool("all", false, "list every group, finished ones too")
+			html := fs.String("html", "", "write the status page to this file instead")
 			return func(ctx context.Context, e *Env, args []string) error {
 				if err := checkTenantArgs(args, *tenant); err != nil {
 					return err
@@ -67,9 +74,12 @@ jobs kept failing for a reason that names no block.`,
 				cfg, c, st := d.cfg, d.clients, d.store
 				ov, ovErr := LoadOverrides(ctx, c.S3, cfg)
 				rep, err := GatherStatus(ctx, st, c.SQS, cfg, StatusOptions{Tenant: *tenant, AllGroups: *all || *asJSON,
-					Overrides: ov, OverridesError: ovErr})
+					Overrides: ov, OverridesError: ovErr, Detail: *html != ""})
 				if err != nil {
 					return err
+				}
+				if *html != "" {
+					return WriteStatusPage(*html, rep)
 				}
 				if *asJSON {
 					enc := json.NewEncoder(e.Stdout)
@@ -81,6 +91,20 @@ jobs kept failing for a reason that names no block.`,
 			}
 		},
 	})
+}
+
+// WriteStatusPage writes the status page of rep to path, whole or not at
+// all.
+func WriteStatusPage(path string, rep *StatusReport) error {
+	var b strings.Builder
+	if err := rep.RenderHTML(&b, false); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return os.Rename(tmp, path)
 }
 
 // StatusOptions narrow GatherStatus.
@@ -95,6 +119,9 @@ type StatusOptions struct {
 	// OverridesError why the object in the bucket is not.
 	Overrides      overrides.Overrides
 	OverridesError error
+	// Detail reads what the status page shows besides: every block, every
+	// group's partitions, and the ranges waiting to close.
+	Detail bool
 }
 
 // LoadOverrides reads the runtime overrides object as the functions do;
@@ -156,6 +183,57 @@ type TenantStatus struct {
 	// in a Thanos bucket, the partitioned outputs Thanos' tools report as
 	// overlapping blocks.
 	Notes []string `json:"notes,omitempty"`
+	// BlockList is every block but the deleted and discarded ones, and
+	// Waiting the ranges that wait to close (StatusOptions.Detail).
+	BlockList []BlockStatus  `json:"blockList,omitempty"`
+	Waiting   []WaitingRange `json:"waiting,omitempty"`
+}
+
+// BlockStatus is one block on the status page's timeline.
+type BlockStatus struct {
+	ID     string `json:"id"`
+	Stream string `json:"stream"`
+	Level  int    `json:"level"`
+	State  string `json:"state"`
+	MinT   int64  `json:"minTime"`
+	MaxT   int64  `json:"maxTime"`
+	// PartitionCount/PartitionID: 0 when the block is not partitioned.
+	PartitionCount int    `json:"partitionCount,omitempty"`
+	PartitionID    int    `json:"partitionId,omitempty"`
+	Series         uint64 `json:"series"`
+	Samples        uint64 `json:"samples"`
+	// ProducedBy is the partition that wrote an output; ClaimedBy the
+	// version a source is claimed by.
+	ProducedBy string `json:"producedBy,omitempty"`
+	ClaimedBy  string `json:"claimedBy,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+}
+
+// PartitionStatus is one partition of a group's current version.
+type PartitionStatus struct {
+	Index      int    `json:"index"`
+	State      string `json:"state"`
+	Owner      string `json:"owner,omitempty"`
+	Attempt    int    `json:"attempt"`
+	LeaseUntil int64  `json:"leaseUntil,omitempty"`
+	Output     string `json:"output,omitempty"`
+	Empty      bool   `json:"empty,omitempty"`
+	Failures   int    `json:"failures,omitempty"`
+	LastError  string `json:"lastError,omitempty"`
+}
+
+// WaitingRange is a group range that is not ready: the planner looks at it
+// again when it closes (its close delay after its end and newest block).
+type WaitingRange struct {
+	Group    string    `json:"group"`
+	ClosesAt time.Time `json:"closesAt"`
+	// Stream (its labels), Level and the range [RangeStart, RangeEnd) in
+	// ms, read from the group key (RangeEnd 0 when the level is no longer
+	// configured).
+	Stream     string `json:"stream"`
+	Level      int    `json:"level"`
+	RangeStart int64  `json:"rangeStart"`
+	RangeEnd   int64  `json:"rangeEnd,omitempty"`
 }
 
 // RetentionStatus is a tenant's retention: the blocks past it that the
@@ -234,6 +312,8 @@ type GroupStatus struct {
 	// PartitionsRead is false when progress was not read (a finished
 	// group without --all).
 	PartitionsRead bool `json:"partitionsRead"`
+	// PartitionList is every partition of the version (StatusOptions.Detail).
+	PartitionList []PartitionStatus `json:"partitionList,omitempty"`
 }
 
 // LeaseStatus is a partition held by a compaction job.
@@ -304,7 +384,7 @@ func GatherStatus(ctx context.Context, st *records.Store, q SQSAPI, cfg config.C
 		tenants = []string{opts.Tenant}
 	}
 	for _, t := range tenants {
-		ts, err := tenantStatus(ctx, st, opts.Overrides.Policy(t, cfg.Policy), cfg.Layout.SingleTenant != "", t, opts.AllGroups, now)
+		ts, err := tenantStatus(ctx, st, opts.Overrides.Policy(t, cfg.Policy), cfg.Layout.SingleTenant != "", t, opts.AllGroups || opts.Detail, opts.Detail, now)
 		ts.Overrides = opts.Overrides.Describe(t)
 		if keep := opts.Overrides.Retention(t, cfg.Retention); err == nil && keep.Enabled() {
 			tc := cfg
@@ -316,11 +396,68 @@ func GatherStatus(ctx context.Context, st *records.Store, q SQSAPI, cfg config.C
 		}
 		rep.Tenants = append(rep.Tenants, ts)
 	}
+	if opts.Detail {
+		policy := func(t string) planning.Policy { return opts.Overrides.Policy(t, cfg.Policy) }
+		if err := waitingRanges(ctx, st, rep, policy, now); err != nil {
+			return nil, err
+		}
+	}
 	rep.Queues, rep.QueuesNote = queueStatus(ctx, q, cfg, now)
 	return rep, nil
 }
 
-func tenantStatus(ctx context.Context, st *records.Store, pol planning.Policy, thanosBucket bool, tenant string, allGroups bool, now time.Time) (TenantStatus, error) {
+// waitingRanges adds to each tenant the ranges the agenda says wait to
+// close (a range that was not covered yet and has no group), the earliest
+// time first. A range is listed once, at the last time the agenda names
+// for it: every arrival in it pushes its close out.
+func waitingRanges(ctx context.Context, st *records.Store, rep *StatusReport, policy func(tenant string) planning.Policy, now time.Time) error {
+	all, err := st.DueAll(ctx, now.Add(100*365*24*time.Hour))
+	if err != nil {
+		return err
+	}
+	at := map[string]int{}
+	for i, ts := range rep.Tenants {
+		at[ts.Tenant] = i
+	}
+	type rangeKey struct{ tenant, group string }
+	closes := map[rangeKey]time.Time{}
+	for _, e := range records.ByKind(all)[records.AgendaRange] {
+		k := rangeKey{e.Tenant, e.Subject}
+		if _, ok := at[e.Tenant]; ok && e.Due.After(now) && e.Due.After(closes[k]) {
+			closes[k] = e.Due
+		}
+	}
+	for k, due := range closes {
+		ts := &rep.Tenants[at[k.tenant]]
+		if slices.ContainsFunc(ts.Groups, func(g GroupStatus) bool { return g.Group == k.group }) {
+			continue // planned since: the entry is left for the planner to drop
+		}
+		w := WaitingRange{Group: k.group, ClosesAt: due.UTC()}
+		if g, err := planning.ParseGroupKey(k.group); err == nil {
+			w.Level, w.RangeStart = g.Level, g.RangeStart
+			if pol := policy(k.tenant); g.Level >= 1 && g.Level <= pol.TopLevel() {
+				w.RangeEnd = pol.End(g)
+			}
+			w.Stream = g.Stream
+			if i := slices.IndexFunc(ts.Streams, func(s StreamStatus) bool { return s.ID == g.Stream }); i >= 0 {
+				w.Stream = ts.Streams[i].Labels
+			}
+		}
+		ts.Waiting = append(ts.Waiting, w)
+	}
+	for i := range rep.Tenants {
+		w := rep.Tenants[i].Waiting
+		sort.Slice(w, func(a, b int) bool {
+			if !w[a].ClosesAt.Equal(w[b].ClosesAt) {
+				return w[a].ClosesAt.Before(w[b].ClosesAt)
+			}
+			return w[a].Group < w[b].Group
+		})
+	}
+	return nil
+}
+
+func tenantStatus(ctx context.Context, st *records.Store, pol planning.Policy, thanosBucket bool, tenant string, allGroups, detail bool, now time.Time) (TenantStatus, error) {
 	ts := TenantStatus{Tenant: tenant, Blocks: []LevelCount{}, Streams: []StreamStatus{}, Groups: []GroupStatus{}, Leases: []LeaseStatus{},
 		Rejected: []RejectedBlock{}, Quarantined: []Quarantined{}}
 	blocks, err := st.TenantBlocks(ctx, tenant)
@@ -364,6 +501,11 @@ func tenantStatus(ctx context.Context, st *records.Store, pol planning.Policy, t
 		if i, ok := streamAt[b.Stream]; ok && b.State == protocol.BlockLive {
 			ts.Streams[i].LiveBlocks++
 			ts.Streams[i].LiveSamples += b.Samples
+		}
+		if detail && b.State != protocol.BlockDeleted && b.State != protocol.BlockDiscarded {
+			ts.BlockList = append(ts.BlockList, BlockStatus{ID: b.ID, Stream: b.Stream, Level: b.Level, State: string(b.State),
+				MinT: b.MinT, MaxT: b.MaxT, PartitionCount: b.PartitionCount, PartitionID: b.PartitionID, Series: b.Series,
+				Samples: b.Samples, ProducedBy: b.ProducedBy, ClaimedBy: b.ClaimedBy, Reason: b.Reason})
 		}
 		if byLevel[b.Level] == nil {
 			byLevel[b.Level] = map[string]int{}
@@ -446,6 +588,10 @@ func tenantStatus(ctx context.Context, st *records.Store, pol planning.Policy, t
 			}
 			gs.PartitionsRead = true
 			for _, p := range parts {
+				if detail {
+					gs.PartitionList = append(gs.PartitionList, PartitionStatus{Index: p.Index, State: string(p.State), Owner: p.LeaseOwner,
+						Attempt: p.Attempt, LeaseUntil: p.LeaseUntil, Output: p.Output, Empty: p.Empty, Failures: p.Failures, LastError: p.LastError})
+				}
 				switch p.State {
 				case protocol.PartitionDone:
 					gs.Done++

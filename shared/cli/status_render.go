@@ -159,18 +159,7 @@ func (t TenantStatus) render(w io.Writer, now time.Time, allGroups bool) {
 		fmt.Fprintf(w, "  overrides (%s): %s\n", overrides.File, strings.Join(t.Overrides, ", "))
 	}
 	if r := t.Retention; r != nil {
-		var keep []string
-		for _, k := range []struct{ res, d string }{{"raw", r.Raw}, {"5m", r.FiveMinutes}, {"1h", r.OneHour}} {
-			if k.d != "" {
-				keep = append(keep, k.res+" "+k.d)
-			}
-		}
-		fmt.Fprintf(w, "  retention (%s): %d block(s) past it, retired by the next pass (every %s)", strings.Join(keep, ", "), r.Due, r.Interval)
-		if r.Next != nil {
-			fmt.Fprintf(w, "; next: L%d %s (ends %s), expires %s, deleted %s",
-				r.Next.Level, r.Next.Block, r.Next.MaxT.Format(time.RFC3339), r.Next.At.Format(time.RFC3339), r.Next.DeletedAt.Format(time.RFC3339))
-		}
-		fmt.Fprintln(w)
+		fmt.Fprintf(w, "  retention (%s\n", strings.Replace(r.line(), ": ", "): ", 1))
 	}
 	for _, n := range t.Notes {
 		fmt.Fprintf(w, "  note: %s\n", n)

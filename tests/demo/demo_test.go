@@ -67,6 +67,11 @@ func TestDemoScenarioSmall(t *testing.T) {
 	if !strings.Contains(out.String(), "bucket-index.json.gz lists") || !strings.Contains(out.String(), "expired by retention") {
 		t.Errorf("the report shows no bucket index or no retention deletion:\n%s", out.String())
 	}
+	checkStatusPage(t, sum)
+	checkStatusPage(t, sum.Thanos)
+	if !strings.Contains(out.String(), "status page of "+sum.Prefix+": file://"+sum.StatusPage) {
+		t.Errorf("the report does not end by saying where the status page is:\n%s", tail(out.String(), 10))
+	}
 	want := map[string]int{"team-a": 12, "team-b": 24}
 	for _, ts := range sum.Tenants {
 		if ts.Uploaded != want[ts.Tenant] {
@@ -215,4 +220,28 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// checkStatusPage: the demo wrote its status page, and the page draws
+// every block the deployment ends with (tests/ui proves in a browser that
+// such a page loads and places each bar where it belongs).
+func checkStatusPage(t *testing.T, sum *demo.Summary) {
+	t.Helper()
+	if sum == nil {
+		return
+	}
+	page, err := os.ReadFile(sum.StatusPage)
+	if err != nil {
+		t.Fatalf("%s: no status page: %v", sum.Prefix, err)
+	}
+	for _, ts := range sum.Tenants {
+		if !strings.Contains(string(page), ts.Tenant) {
+			t.Errorf("%s: the status page does not name tenant %s", sum.Prefix, ts.Tenant)
+		}
+		for _, lb := range ts.Live {
+			if !strings.Contains(string(page), `data-block="`+lb.ID+`"`) {
+				t.Errorf("%s: the status page draws no bar for %s's live block %s", sum.Prefix, ts.Tenant, lb.ID)
+			}
+		}
+	}
 }

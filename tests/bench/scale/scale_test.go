@@ -1,12 +1,20 @@
 // Package scale is `make bench-scale` (issue 11), not part of `make test`:
 // one group of 12 × 2h blocks with at least 500k series and 1 GiB of
-// chunks, compacted in N = 8 partitions through the real S3 path on the
-// emulator — directly, and with every block split on arrival — each
-// compaction job in a process of its own, as a Lambda runs it, beside
-// plain tsdb.LeveledCompactor over the same blocks on local disk. It
-// prints, for each job, peak scratch, peak RSS, bytes read from S3, wall
-// and CPU, and the issue's goals as ratios; every output is checked
-// sample by sample against the uploads (testworld's I1).
+// chunks, compacted in N = 8 partitions through the real S3 path — the
+// SDK's requests over HTTP to an AWS-protocol emulator — directly, and
+// with every block split on arrival, each compaction job in a process of
+// its own, as a Lambda runs it, beside plain tsdb.LeveledCompactor over
+// the same blocks on local disk. It prints, for each job, peak scratch,
+// peak RSS, bytes read from S3, wall and CPU, and the issue's goals as
+// ratios; every output is checked sample by sample against the uploads
+// (testworld's I1).
+//
+// The emulator is the in-memory one (localstack/memaws) served on a port
+// of its own: moto deep-copies a bucket's version lists on every LIST, and
+// with the bench's 2.8 GB in the bucket one LIST of one block's prefix took
+// 58 s, so registrations outlived the planner's minute. SLUICE_SCALE_BACKEND=
+// emulator runs against AWS_ENDPOINT_URL instead (moto or LocalStack),
+// for a smaller input.
 //
 //	make bench-scale                              # 500k series, 12 blocks, N = 8
 //	SLUICE_SCALE_SERIES=20000 make bench-scale    # a quick run
@@ -14,7 +22,8 @@
 // Environment: SLUICE_SCALE_SERIES (500000), SLUICE_SCALE_BLOCKS (12),
 // SLUICE_SCALE_SAMPLES (120 per series per block), SLUICE_SCALE_N (8),
 // SLUICE_SCALE_MODES (direct,split), SLUICE_SCALE_DIR (where the input is
-// generated once and kept: ~/.cache/sluice/bench-scale).
+// generated once and kept: ~/.cache/sluice/bench-scale),
+// SLUICE_SCALE_BACKEND (memaws, or emulator).
 package scale
 
 import (
@@ -26,6 +35,8 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,6 +54,7 @@ import (
 
 	"github.com/sluice-dev/sluice/localstack/envtest"
 	"github.com/sluice-dev/sluice/localstack/localrun"
+	"github.com/sluice-dev/sluice/localstack/memaws"
 	"github.com/sluice-dev/sluice/shared/awsenv"
 	"github.com/sluice-dev/sluice/shared/blockgen"
 	"github.com/sluice-dev/sluice/shared/blockmeta"
@@ -166,8 +178,20 @@ func TestScale(t *testing.T) {
 		len(in.dirs), in.seriesPerBlock, float64(in.samples)/1e6, mib(in.chunkBytes), mib(in.indexBytes))
 
 	plain := runPlain(t, in)
+	endpoint := os.Getenv("AWS_ENDPOINT_URL")
+	if os.Getenv("SLUICE_SCALE_BACKEND") != "emulator" {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: memaws.New(memaws.Options{})}
+		go srv.Serve(ln)
+		defer srv.Close()
+		endpoint = "http://" + ln.Addr().String()
+		fmt.Printf("emulator: localstack/memaws served at %s\n", endpoint)
+	}
 	for _, mode := range p.modes {
-		runMode(t, p, in, mode)
+		runMode(t, p, in, mode, endpoint)
 	}
 	printReport(os.Stdout, p, in, plain)
 	if f := os.Getenv("SLUICE_SCALE_REPORT"); f != "" {
@@ -210,9 +234,8 @@ func runPlain(t *testing.T, in input) job {
 // pipeline until it settles, each compaction job a child process, one at
 // a time; then checks the outputs sample by sample and deletes the
 // deployment.
-func runMode(t *testing.T, p params, in input, mode string) {
+func runMode(t *testing.T, p params, in input, mode, endpoint string) {
 	t.Helper()
-	endpoint := os.Getenv("AWS_ENDPOINT_URL")
 	var w *testworld.World
 	var one sync.Mutex
 	// The group is estimated at series × (1 + churn × (blocks − 1)); the
@@ -230,7 +253,7 @@ func runMode(t *testing.T, p params, in input, mode string) {
 			return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 				one.Lock()
 				defer one.Unlock()
-				return runJob(ctx, t, mode, w.Config, ev)
+				return runJob(ctx, t, mode, endpoint, w.Config, ev)
 			}
 		}},
 		Configure: func(c *config.Config) {
@@ -279,7 +302,7 @@ func candidates(in input) []planning.Candidate {
 
 // runJob runs one compaction job message in a child process, as a Lambda
 // invocation, and records what it used.
-func runJob(ctx context.Context, t *testing.T, mode string, cfg config.Config, ev events.SQSEvent) (events.SQSEventResponse, error) {
+func runJob(ctx context.Context, t *testing.T, mode, endpoint string, cfg config.Config, ev events.SQSEvent) (events.SQSEventResponse, error) {
 	dir, err := os.MkdirTemp("", "sluice-scale-job-*")
 	if err != nil {
 		return events.SQSEventResponse{}, err
@@ -307,6 +330,7 @@ func runJob(ctx context.Context, t *testing.T, mode string, cfg config.Config, e
 	j := job{mode: mode}
 	err = measure(ctx, &j, scratch, map[string]string{
 		"SLUICE_BENCH_CHILD": "job", "SLUICE_SCALE_JOB": dir, "SLUICE_SCALE_DEADLINE": strconv.FormatInt(deadline.UnixMilli(), 10),
+		"AWS_ENDPOINT_URL": endpoint,
 	})
 	if err != nil {
 		return events.SQSEventResponse{}, fmt.Errorf("job process: %w", err)
