@@ -75,3 +75,19 @@ func Partition(tenant string, g planning.GroupKey, v int64, p int) slog.Attr {
 func GroupBlock(tenant string, g planning.GroupKey, block string) slog.Attr {
 	return Subject{Tenant: tenant, Group: g, hasGroup: true, Block: block}.Attr()
 }
+
+// Tenant is a line about a tenant as a whole.
+func Tenant(tenant string) slog.Attr { return Subject{Tenant: tenant}.Attr() }
+
+// VersionBlock is a line about a block in one version's story (an output
+// or a source of that version).
+func VersionBlock(tenant string, g planning.GroupKey, v int64, block string) slog.Attr {
+	return Subject{Tenant: tenant, Group: g, hasGroup: true, Version: v, Block: block}.Attr()
+}
+
+// InVersion names the version a line is also about, for a logger that
+// already carries the tenant and block (it adds stream, group and version
+// only, so no key appears twice).
+func InVersion(g planning.GroupKey, v int64) slog.Attr {
+	return Subject{Group: g, hasGroup: true, Version: v}.Attr()
+}

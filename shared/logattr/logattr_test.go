@@ -25,6 +25,9 @@ func TestAttributesSitAtTheTopLevel(t *testing.T) {
 		{"version", logattr.Version("acme", g, 3), map[string]any{"tenant": "acme", "stream": g.Stream, "group": g.String(), "version": 3.0}},
 		{"partition 0", logattr.Partition("acme", g, 3, 0), map[string]any{"tenant": "acme", "stream": g.Stream, "group": g.String(), "version": 3.0, "partition": 0.0}},
 		{"block in a group", logattr.GroupBlock("acme", g, "01J"), map[string]any{"tenant": "acme", "stream": g.Stream, "group": g.String(), "block": "01J"}},
+		{"tenant", logattr.Tenant("acme"), map[string]any{"tenant": "acme"}},
+		{"block in a version", logattr.VersionBlock("acme", g, 3, "01J"), map[string]any{"tenant": "acme", "stream": g.Stream, "group": g.String(), "version": 3.0, "block": "01J"}},
+		{"version only", logattr.InVersion(g, 3), map[string]any{"stream": g.Stream, "group": g.String(), "version": 3.0}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/sluice-dev/sluice/shared/bucketindex"
+	"github.com/sluice-dev/sluice/shared/logattr"
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/s3errors"
@@ -45,7 +46,7 @@ func (d *Deps) indexKey(tenant string) string {
 // its VersionId.
 func (u Uploader) WriteIndex(ctx context.Context, r messages.IndexRequest) error {
 	if u.Config.BucketIndex == "" {
-		u.Logger.WarnContext(ctx, "bucket index request dropped: SLUICE_BUCKET_INDEX is off", "tenant", r.Tenant)
+		u.Logger.WarnContext(ctx, "bucket index request dropped: SLUICE_BUCKET_INDEX is off", logattr.Tenant(r.Tenant))
 		return nil
 	}
 	key := u.indexKey(r.Tenant)
@@ -93,7 +94,7 @@ func (u Uploader) WriteIndex(ctx context.Context, r messages.IndexRequest) error
 			return err
 		}
 	}
-	u.Logger.InfoContext(ctx, "bucket index written", "tenant", r.Tenant, "key", key, "blocks", len(idx.Blocks),
+	u.Logger.InfoContext(ctx, "bucket index written", logattr.Tenant(r.Tenant), "key", key, "blocks", len(idx.Blocks),
 		"deletionMarks", len(idx.BlockDeletionMarks), "bytes", len(body), "why", r.Why)
 	return nil
 }

@@ -324,7 +324,7 @@ func (c Cleaner) supersede(ctx context.Context, head records.Group, from protoco
 		}
 		return err
 	}
-	c.Logger.WarnContext(ctx, "version superseded", "tenant", head.Tenant, "group", head.Key.String(), "version", head.Version, "why", why)
+	c.Logger.WarnContext(ctx, "version superseded", logattr.Version(head.Tenant, head.Key, head.Version), "why", why)
 	head.State = protocol.GroupSuperseded
 	return c.cleanupSuperseded(ctx, head)
 }
@@ -583,7 +583,7 @@ func (c Cleaner) deleteOne(ctx context.Context, e records.AgendaEntry, b records
 	case !ok || (b.State != protocol.BlockRetiring && b.State != protocol.BlockDeleted):
 		return nil, true, nil
 	case b.State == protocol.BlockRetiring && b.MarkVersionID == "":
-		c.Logger.WarnContext(ctx, "retired block has no recorded deletion mark yet; sending its MARK again", "tenant", b.Tenant, "block", b.ID, "gen", b.Gen)
+		c.Logger.WarnContext(ctx, "retired block has no recorded deletion mark yet; sending its MARK again", logattr.Block(b.Tenant, b.ID), "gen", b.Gen)
 		return &messages.BlockOp{Op: messages.OpMark, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen}, false, nil
 	case b.State == protocol.BlockRetiring && now.UnixMilli() < b.MarkedAt+c.Config.DeletionDelay.Milliseconds():
 		due := time.UnixMilli(b.MarkedAt + c.Config.DeletionDelay.Milliseconds())

@@ -168,16 +168,16 @@ func (p Planner) supersedeFor(ctx context.Context, b records.Block, log *slog.Lo
 		if err != nil {
 			return false, err
 		}
-		log.WarnContext(ctx, "the version compacting a marked block is superseded; its group is planned again without it", "version", head.Ref())
+		log.WarnContext(ctx, "the version compacting a marked block is superseded; its group is planned again without it", logattr.InVersion(head.Key, head.Version))
 		head.State = protocol.GroupSuperseded
 		fallthrough
 	case protocol.GroupSuperseded:
 		return true, p.cleanupSuperseded(ctx, head)
 	case protocol.GroupComplete, protocol.GroupRetired:
-		log.WarnContext(ctx, "mark arrived after the version compacting the block completed: its data is in that version's outputs, and the block is deleted as a retired source", "version", head.Ref())
+		log.WarnContext(ctx, "mark arrived after the version compacting the block completed: its data is in that version's outputs, and the block is deleted as a retired source", logattr.InVersion(head.Key, head.Version))
 		return false, nil
 	default:
-		log.WarnContext(ctx, "marked block is a source of a quarantined version; it stays claimed until `sluice retry` of the group", "version", head.Ref())
+		log.WarnContext(ctx, "marked block is a source of a quarantined version; it stays claimed until `sluice retry` of the group", logattr.InVersion(head.Key, head.Version))
 		return false, nil
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/shared/health"
+	"github.com/sluice-dev/sluice/shared/logattr"
 	"github.com/sluice-dev/sluice/shared/metrics"
 )
 
@@ -49,7 +50,7 @@ func (c Cleaner) Metrics(ctx context.Context) error {
 			if f.OldestUncompacted > worst {
 				worst, worstTenant = f.OldestUncompacted, tenant
 			}
-			c.Logger.InfoContext(ctx, "compaction overdue", "tenant", tenant, "block", f.OldestBlock,
+			c.Logger.InfoContext(ctx, "compaction overdue", logattr.Block(tenant, f.OldestBlock),
 				"overdueBy", f.OldestUncompacted.Round(time.Second).String())
 		}
 	}

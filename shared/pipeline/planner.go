@@ -118,7 +118,7 @@ func (p Planner) handleObject(ctx context.Context, o s3event.ObjectCreated) erro
 		if s3errors.IsNotFound(err) {
 			// NoSuchKey, or NoSuchVersion for a late event whose version
 			// was deleted since (compacted and retired, or a stray).
-			log.WarnContext(ctx, "meta.json (version) is gone; skipping a late event", "key", o.Key, "version", o.VersionID)
+			log.WarnContext(ctx, "meta.json (version) is gone; skipping a late event", "key", o.Key, "versionId", o.VersionID)
 			return nil
 		}
 		return err
@@ -305,7 +305,7 @@ func (p Planner) readBlock(ctx context.Context, k blockkey.Key, body []byte, vid
 // A group goes QUARANTINED → SUPERSEDED with its failures forgotten; the
 // cleanup of a superseded version releases the claims and re-plans.
 func (p Planner) Retry(ctx context.Context, req messages.RetryRequest) error {
-	log := p.Logger.With("tenant", req.Tenant, "block", req.Block, "group", req.Group)
+	log := p.Logger.With(logattr.Block(req.Tenant, req.Block), "group", req.Group)
 	if req.Group != "" {
 		g, err := planning.ParseGroupKey(req.Group)
 		if err != nil {
@@ -467,7 +467,7 @@ func (p Planner) sendSuperseded(ctx context.Context, k blockkey.Key, b records.B
 		return nil
 	}
 	p.Logger.WarnContext(ctx, "block was uploaded more than once before registration; deleting the versions not recorded",
-		"tenant", k.Tenant, "block", b.ID, "versions", len(b.Superseded))
+		logattr.Block(k.Tenant, b.ID), "versions", len(b.Superseded))
 	return p.sendStray(ctx, k, b, b.Superseded)
 }
 
@@ -522,7 +522,7 @@ func (p Planner) planFor(ctx context.Context, b records.Block) error {
 		return lookupErr
 	}
 	if !ok {
-		p.Logger.DebugContext(ctx, "block has no group to go to", "tenant", b.Tenant, "block", b.ID, "level", b.Level)
+		p.Logger.DebugContext(ctx, "block has no group to go to", logattr.Block(b.Tenant, b.ID), "level", b.Level)
 		return nil
 	}
 	var read *records.Group
@@ -555,7 +555,7 @@ func (p Planner) planGroup(ctx context.Context, tenant string, g planning.GroupK
 		// Its blocks keep being registered; the range looks again later,
 		// so that clearing the override needs no new upload.
 		p.Logger.InfoContext(ctx, "compaction disabled for this tenant by the runtime overrides; looking again later",
-			"tenant", tenant, "group", g.String(), "again", disabledRecheck)
+			logattr.Group(tenant, g), "again", disabledRecheck)
 		return p.records().PutAgenda(ctx, records.AgendaRange, p.now().Add(disabledRecheck), tenant, g.String())
 	}
 	for round := 0; round < maxPlanRounds; round++ {
@@ -565,7 +565,7 @@ func (p Planner) planGroup(ctx context.Context, tenant string, g planning.GroupK
 		}
 		head = nil // the version moved on: read it again
 	}
-	p.Logger.WarnContext(ctx, "giving up planning after lost claims; the sweep will re-plan", "tenant", tenant, "group", g.String())
+	p.Logger.WarnContext(ctx, "giving up planning after lost claims; the sweep will re-plan", logattr.Group(tenant, g))
 	return nil
 }
 

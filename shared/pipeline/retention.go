@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/shared/config"
+	"github.com/sluice-dev/sluice/shared/logattr"
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/retention"
@@ -51,7 +52,7 @@ func (c Cleaner) Retention(ctx context.Context) error {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("retention of %s: %w", tenant, err))
 		}
-		c.Logger.InfoContext(ctx, "retention progress", "tenant", tenant, "done", i+1, "of", len(tenants), "expired", n)
+		c.Logger.InfoContext(ctx, "retention progress", logattr.Tenant(tenant), "done", i+1, "of", len(tenants), "expired", n)
 	}
 	c.Logger.InfoContext(ctx, "retention done", "tenants", len(tenants), "expired", expired, "errors", len(errs))
 	return errors.Join(errs...)
@@ -84,14 +85,14 @@ func (c Cleaner) retainTenant(ctx context.Context, st retentionRecords, tenant s
 		if records.IsConditionLost(err) {
 			// Claimed, retired or marked since the view was read: the
 			// next pass sees where it is.
-			c.Logger.InfoContext(ctx, "expiring a block lost its condition", "tenant", tenant, "block", b.ID, "lost", err)
+			c.Logger.InfoContext(ctx, "expiring a block lost its condition", logattr.Block(tenant, b.ID), "lost", err)
 			continue
 		}
 		if err != nil {
 			return n, err
 		}
-		c.Logger.InfoContext(ctx, "block expired by retention; marked, and deleted after the deletion delay", "tenant", tenant,
-			"block", b.ID, "maxT", time.UnixMilli(b.MaxT).UTC(), "retention", e.Retention, "level", b.Level)
+		c.Logger.InfoContext(ctx, "block expired by retention; marked, and deleted after the deletion delay", logattr.Block(tenant, b.ID),
+			"maxT", time.UnixMilli(b.MaxT).UTC(), "retention", e.Retention, "level", b.Level)
 		if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpMark, Tenant: tenant, Block: b.ID, Gen: gen}); err != nil {
 			return n, err
 		}

@@ -136,7 +136,7 @@ func (u Uploader) markNoCompact(ctx context.Context, k blockkey.Key, b records.B
 		}
 		return err
 	}
-	log.InfoContext(ctx, "no-compact mark written for a quarantined block", "version", vid, "ours", ours)
+	log.InfoContext(ctx, "no-compact mark written for a quarantined block", "versionId", vid, "ours", ours)
 	return nil
 }
 
@@ -322,7 +322,7 @@ func (u Uploader) deleteStray(ctx context.Context, k blockkey.Key, b records.Blo
 	var del []keyVersion
 	for _, v := range op.Stray {
 		if known && b.Names(v.RelPath, v.VersionID) {
-			log.WarnContext(ctx, "stray delete names a recorded version; keeping it", "file", v.RelPath, "version", v.VersionID)
+			log.WarnContext(ctx, "stray delete names a recorded version; keeping it", "file", v.RelPath, "versionId", v.VersionID)
 			continue
 		}
 		del = append(del, keyVersion{k.Object(v.RelPath), v.VersionID})

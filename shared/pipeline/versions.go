@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluice-dev/sluice/shared/logattr"
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/protocol"
@@ -52,7 +53,7 @@ func (d *Deps) sendJobs(ctx context.Context, g records.Group, only []int, resend
 	if err := d.Send.Jobs(ctx, jobs); err != nil {
 		return err
 	}
-	d.Logger.InfoContext(ctx, "jobs sent", "tenant", g.Tenant, "group", g.Key.String(), "version", g.Version, "jobs", len(parts), "resend", resend)
+	d.Logger.InfoContext(ctx, "jobs sent", logattr.Version(g.Tenant, g.Key, g.Version), "jobs", len(parts), "resend", resend)
 	return nil
 }
 
@@ -198,8 +199,8 @@ func (d *Deps) orphans(ctx context.Context, head records.Group, parts []records.
 		if known {
 			gen = rec.Gen
 		}
-		d.Logger.WarnContext(ctx, "orphaned object versions found; deleting", "tenant", head.Tenant, "block", id,
-			"group", head.Key.String(), "version", head.Version, "versions", len(stray))
+		d.Logger.WarnContext(ctx, "orphaned object versions found; deleting",
+			logattr.VersionBlock(head.Tenant, head.Key, head.Version, id), "versions", len(stray))
 		if err := sendStray(ctx, d.Send, head.Tenant, id, gen, stray); err != nil {
 			return err
 		}
