@@ -292,10 +292,10 @@ func expand(part []AggrChunk, a Aggr, dst []sample) ([]sample, error) {
 // their running total, and the last raw value.
 func counterSeries(chks []AggrChunk, dst []sample) ([]sample, float64, error) {
 	var (
-		lastT         int64
-		lastV, total  float64
-		started       bool
-		reuse         chunkenc.Iterator
+		lastT        int64
+		lastV, total float64
+		started      bool
+		reuse        chunkenc.Iterator
 	)
 	for _, c := range chks {
 		cc, err := c.Get(Counter)
