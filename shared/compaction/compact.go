@@ -29,6 +29,7 @@ import (
 
 	"github.com/sluice-dev/sluice/shared/blockmeta"
 	"github.com/sluice-dev/sluice/shared/chunkstream"
+	"github.com/sluice-dev/sluice/shared/downsample"
 )
 
 // SourceCompactor is the thanos.source Compact writes by default, so Thanos
@@ -193,7 +194,9 @@ func CompactMany(ctx context.Context, logger *slog.Logger, jobs []Job) ([]*Resul
 		return a.meta.ULID.Compare(b.meta.ULID)
 	})
 
-	pool := chunkenc.NewPool()
+	// Downsampled sources hold Thanos' aggregate chunks: the pool reads
+	// them as such (aggregateMerge carries them over whole).
+	pool := downsample.NewPool()
 	var readers []tsdb.BlockReader
 	defer func() {
 		for _, r := range readers {
@@ -402,6 +405,9 @@ func writeBlocks(ctx context.Context, logger *slog.Logger, jobs []Job, metas []*
 		writers[i] = &partitionWriter{Partition: job.Partition, Meta: o.tm, Index: o.indexw, Chunks: o.chunkw}
 	}
 	merge := storage.NewCompactingChunkSeriesMerger(storage.ChainedSeriesMerge)
+	if jobs[0].Resolution > 0 {
+		merge = aggregateMerge
+	}
 	m := metas[0]
 	perr := populate(ctx, logger, pool, merge, readers, m.MinTime, m.MaxTime, n, jobs[0].KeepAllSymbols, writers, tsdb.AllSortedPostings)
 	var cerr error

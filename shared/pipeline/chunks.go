@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/blockmeta"
 	"github.com/sluice-dev/sluice/shared/blockstore"
 	"github.com/sluice-dev/sluice/shared/chunkstream"
+	"github.com/sluice-dev/sluice/shared/downsample"
 	"github.com/sluice-dev/sluice/shared/records"
 )
 
@@ -74,7 +75,8 @@ func (s *sourceChunks) open(ctx context.Context, m *blockmeta.Meta) (tsdb.ChunkR
 	for i, o := range segs {
 		sizes[i] = o.Size
 	}
-	r := chunkstream.NewReader(ctx, segmentSource{api: s.api, bucket: s.bucket, segs: segs}, sizes, nil, chunkstream.ReaderOptions{})
+	// The pool knows Thanos' aggregate chunks, which downsampled sources hold.
+	r := chunkstream.NewReader(ctx, segmentSource{api: s.api, bucket: s.bucket, segs: segs}, sizes, downsample.NewPool(), chunkstream.ReaderOptions{})
 	s.mu.Lock()
 	s.readers = append(s.readers, r)
 	s.mu.Unlock()
