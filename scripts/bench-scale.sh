@@ -20,5 +20,5 @@ if [ "${SLUICE_SCALE_BACKEND:-memaws}" = emulator ]; then
   export AWS_ENDPOINT_URL="http://127.0.0.1:$port"
 fi
 mkdir -p .sluice
-SLUICE_BENCH_SCALE=1 SLUICE_SCALE_REPORT="${SLUICE_SCALE_REPORT:-.sluice/bench-scale.txt}" \
+SLUICE_BENCH_SCALE=1 SLUICE_SCALE_REPORT="${SLUICE_SCALE_REPORT:-$PWD/.sluice/bench-scale.txt}" \
   go test ./tests/bench/scale -run '^TestScale$' -count=1 -v -timeout 6h

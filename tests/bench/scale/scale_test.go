@@ -21,7 +21,8 @@
 //
 // Environment: SLUICE_SCALE_SERIES (500000), SLUICE_SCALE_BLOCKS (12),
 // SLUICE_SCALE_SAMPLES (120 per series per block), SLUICE_SCALE_N (8),
-// SLUICE_SCALE_MODES (direct,split), SLUICE_SCALE_DIR (where the input is
+// SLUICE_SCALE_MODES (direct,split), SLUICE_SCALE_CPUPROFILE (a directory: a
+// CPU profile of every job process), SLUICE_SCALE_DIR (where the input is
 // generated once and kept: ~/.cache/sluice/bench-scale),
 // SLUICE_SCALE_BACKEND (memaws, or emulator).
 package scale
@@ -381,7 +382,12 @@ func num(v any) float64 {
 // disk used under scratch, and records its wall time, CPU (user + system),
 // peak RSS and peak scratch in j.
 func measure(ctx context.Context, j *job, scratch string, env map[string]string) error {
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestScaleChild$", "-test.count=1")
+	args := []string{"-test.run=^TestScaleChild$", "-test.count=1"}
+	if dir := os.Getenv("SLUICE_SCALE_CPUPROFILE"); dir != "" {
+		// One CPU profile per job process, to see where a job's CPU goes.
+		args = append(args, "-test.cpuprofile="+filepath.Join(dir, fmt.Sprintf("job-%d.pprof", time.Now().UnixNano())))
+	}
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
 	cmd.Env = os.Environ()
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
