@@ -377,6 +377,9 @@ func (c Cleaner) quarantine(ctx context.Context, head records.Group) error {
 			}
 			log.ErrorContext(ctx, "source block quarantined; the group re-plans without it", "block", b.ID, "reason", reason)
 			metrics.From(ctx).Add(metrics.Quarantines, 1, head.Tenant, "block")
+			if err := c.step(ctx, "cleaner.after-quarantine-source", b.Key()); err != nil {
+				return err // the superseded version's cleanup sends the op again
+			}
 			if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpNoCompact, Tenant: b.Tenant, Block: b.ID, Gen: gen}); err != nil {
 				return err
 			}

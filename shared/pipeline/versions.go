@@ -86,21 +86,33 @@ func (d *Deps) replan(ctx context.Context, head records.Group) error {
 	return d.Send.Plans(ctx, reqs)
 }
 
-// cleanupSuperseded releases a superseded version's claims, discards its
-// outputs (DELETE ops), sweeps orphans under its output keys, takes it off
-// the agenda and re-plans. Idempotent.
+// cleanupSuperseded releases a superseded version's claims, (re-)sends
+// the no-compact mark of a source it quarantined, discards its outputs
+// (DELETE ops), sweeps orphans under its output keys, takes it off the
+// agenda and re-plans. Idempotent.
 func (d *Deps) cleanupSuperseded(ctx context.Context, head records.Group) error {
 	now := d.now()
 	srcs, err := d.versionRecords().GetBlocks(ctx, head.Tenant, head.Sources)
 	if err != nil {
 		return err
 	}
+	var marks []messages.BlockOp
 	for _, b := range srcs {
-		if b.State == protocol.BlockClaimed && b.ClaimedBy == head.Ref() {
+		switch {
+		case b.State == protocol.BlockClaimed && b.ClaimedBy == head.Ref():
 			if err := d.versionRecords().ReleaseClaim(ctx, head.Ref(), b, now); err != nil && !records.IsConditionLost(err) {
 				return err
 			}
+		case b.State == protocol.BlockQuarantined && b.NoCompactMarkVersionID == "":
+			// Quarantined as this version's blamed source, in the
+			// transaction that superseded it: the cleaner that committed it
+			// may have died before sending the op that writes its
+			// no-compact mark (chaos seed 106). The op is idempotent.
+			marks = append(marks, messages.BlockOp{Op: messages.OpNoCompact, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen})
 		}
+	}
+	if err := d.Send.Ops(ctx, marks); err != nil {
+		return err
 	}
 	parts, err := d.versionRecords().Partitions(ctx, head.Tenant, head.Key, head.Version)
 	if err != nil {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -120,6 +121,56 @@ func TestCorruptSourceIsQuarantined(t *testing.T) {
 	if vs, err := w.Env.Clients.S3.ListObjectVersions(ctx, &s3.ListObjectVersionsInput{Bucket: aws.String(w.Config.Bucket),
 		Prefix: aws.String(globalMarker)}); err != nil || len(vs.Versions) != 0 {
 		t.Errorf("the global no-compact marker outlived the release: %v versions, %v", len(vs.Versions), err)
+	}
+	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestQuarantineMarkSurvivesACrash (chaos seed 106): the cleaner that
+// quarantines a blamed source — one transaction supersedes the version
+// and makes the block QUARANTINED — dies before it sends the op that
+// writes the block's no-compact mark. Its note comes back and finds the
+// version superseded; the superseded version's cleanup sends the op
+// again, so the mark is written. (Before, the redelivery only cleaned up
+// the version: the block stayed QUARANTINED without a mark for good.)
+func TestQuarantineMarkSurvivesACrash(t *testing.T) {
+	t.Parallel()
+	var crashed atomic.Bool
+	w := testworld.New(t, testworld.Options{
+		Configure: func(c *config.Config) {
+			c.Policy.CloseDelay = 3 * time.Second
+			c.MaxJobAttempts = 2
+		},
+		Pipeline: localrun.Options{Hook: func(ctx context.Context, step pipeline.Step, subject string) error {
+			if step == "cleaner.after-quarantine-source" && crashed.CompareAndSwap(false, true) {
+				return errors.New("crashed after the quarantine's transaction")
+			}
+			return nil
+		}},
+	})
+	ctx := context.Background()
+	blocks := w.Generate(blockgen.Options{Tenant: "acme", Start: day(), Blocks: 6, Series: 40, Seed: 23, ThanosFiles: true})
+	bad := blocks[2]
+	badID := bad.Meta.ULID.String()
+	flipBytes(t, filepath.Join(bad.Dir, blockkey.IndexFile), 0.4, 64)
+	for _, b := range blocks {
+		if b.Dir == bad.Dir {
+			w.UploadDamaged(ctx, "acme", b.Dir)
+			continue
+		}
+		w.Upload(ctx, "acme", b.Dir)
+	}
+	settleUntil(t, w, func(ctx context.Context) (bool, error) {
+		b, _, err := w.Store.GetBlock(ctx, "acme", badID)
+		return b.State == protocol.BlockQuarantined && b.NoCompactMarkVersionID != "", err
+	}, "acme")
+	if !crashed.Load() {
+		t.Fatal("the cleaner never reached the step after the quarantine: nothing was tested")
+	}
+	mark := readObject(t, w, "acme", badID, blockkey.NoCompactMarkFile)
+	if nc, err := blockmeta.ParseNoCompactMark(mark, badID); err != nil || !strings.Contains(nc.Details, "quarantined by Sluice") {
+		t.Fatalf("no-compact-mark.json %s: %+v, %v", mark, nc, err)
 	}
 	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
 		t.Fatal(err)
