@@ -21,9 +21,10 @@ func aggregateMerge(series ...storage.ChunkSeries) storage.ChunkSeries {
 		Lset: series[0].Labels(),
 		ChunkIteratorFn: func(chunks.Iterator) chunks.Iterator {
 			var all []chunks.Meta
-			var it chunks.Iterator
 			for _, s := range series {
-				it = s.Iterator(it)
+				// A fresh iterator per source: the chunks of one are held
+				// while the next is read.
+				it := s.Iterator(nil)
 				for it.Next() {
 					all = append(all, it.At())
 				}
