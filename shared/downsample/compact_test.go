@@ -47,25 +47,11 @@ func TestCompactingDownsampledBlocks(t *testing.T) {
 		joined := s
 		joined.Ts = append(append([]int64(nil), s.Ts...), all[1][k].Ts...)
 		joined.Vs = append(append([]float64(nil), s.Vs...), all[1][k].Vs...)
-		want, _ := expected(joined, downsample.Res5m)
+		want, counter := expected(joined, downsample.Res5m)
 		if len(want) == 0 {
 			continue
 		}
-		ws, err := downsample.Windows(got[s.Labels.String()], downsample.Res5m)
-		if err != nil {
-			t.Fatalf("%s: %v", s.Labels, err)
-		}
-		if len(ws) != len(want) {
-			t.Errorf("%s: %d windows after compaction, want %d", s.Labels, len(ws), len(want))
-			continue
-		}
-		for i, w := range want {
-			g := ws[i]
-			if g.End != w.End || g.Count != w.Count || !near(g.Sum, w.Sum) || g.Min != w.Min || g.Max != w.Max {
-				t.Errorf("%s window %d: got %+v, want %+v", s.Labels, i, g, w)
-				break
-			}
-		}
+		checkWindows(t, s.Labels.String(), got[s.Labels.String()], downsample.Res5m, want, counter)
 		checked += len(want)
 	}
 	t.Logf("%d windows checked", checked)

@@ -74,6 +74,27 @@ func expected(s downsampletest.Series, res int64) (out []downsample.Window, coun
 	return out, counter
 }
 
+// checkWindows reads a downsampled series' chunks back and holds every
+// window to want (the counter too, when counter).
+func checkWindows(t *testing.T, series string, chks []chunks.Meta, res int64, want []downsample.Window, counter bool) {
+	t.Helper()
+	ws, err := downsample.Windows(chks, res)
+	if err != nil {
+		t.Fatalf("%s: %v", series, err)
+	}
+	if len(ws) != len(want) {
+		t.Errorf("%s: %d windows, want %d", series, len(ws), len(want))
+		return
+	}
+	for i, w := range want {
+		g := ws[i]
+		if g.End != w.End || g.Count != w.Count || !near(g.Sum, w.Sum) || g.Min != w.Min || g.Max != w.Max || (counter && !near(g.Counter, w.Counter)) {
+			t.Errorf("%s window %d ending %s: got %+v, want %+v", series, i, time.UnixMilli(w.End).UTC(), g, w)
+			return
+		}
+	}
+}
+
 func near(a, b float64) bool {
 	return a == b || math.Abs(a-b) <= 1e-9*max(math.Abs(a), math.Abs(b))
 }
@@ -197,21 +218,7 @@ func TestWindowsMatchTheRawSamples(t *testing.T) {
 					t.Errorf("%s: missing", s.Labels)
 					continue
 				}
-				ws, err := downsample.Windows(chks, c.res)
-				if err != nil {
-					t.Fatalf("%s: %v", s.Labels, err)
-				}
-				if len(ws) != len(want) {
-					t.Errorf("%s: %d windows, want %d", s.Labels, len(ws), len(want))
-					continue
-				}
-				for i, w := range want {
-					g := ws[i]
-					if g.End != w.End || g.Count != w.Count || !near(g.Sum, w.Sum) || g.Min != w.Min || g.Max != w.Max || (counter && !near(g.Counter, w.Counter)) {
-						t.Errorf("%s window %d ending %s: got %+v, want %+v", s.Labels, i, time.UnixMilli(w.End).UTC(), g, w)
-						break
-					}
-				}
+				checkWindows(t, s.Labels.String(), chks, c.res, want, counter)
 				windows += len(want)
 			}
 			long := got[series[0].Labels.String()]
