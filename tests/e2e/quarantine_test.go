@@ -58,14 +58,7 @@ func TestCorruptSourceIsQuarantined(t *testing.T) {
 	badID := bad.Meta.ULID.String()
 	repaired := filepath.Join(t.TempDir(), badID)
 	copyDir(t, bad.Dir, repaired)
-	flipBytes(t, filepath.Join(bad.Dir, blockkey.IndexFile), 0.4, 64)
-	for _, b := range blocks {
-		if b.Dir == bad.Dir {
-			w.UploadDamaged(ctx, "acme", b.Dir)
-			continue
-		}
-		w.Upload(ctx, "acme", b.Dir)
-	}
+	uploadOneDamaged(ctx, t, w, "acme", blocks, bad)
 	// The range closes without the quarantined block: wait for that too.
 	settleUntil(t, w, func(ctx context.Context) (bool, error) {
 		b, _, err := w.Store.GetBlock(ctx, "acme", blocks[0].Meta.ULID.String())
@@ -153,14 +146,7 @@ func TestQuarantineMarkSurvivesACrash(t *testing.T) {
 	blocks := w.Generate(blockgen.Options{Tenant: "acme", Start: day(), Blocks: 6, Series: 40, Seed: 23, ThanosFiles: true})
 	bad := blocks[2]
 	badID := bad.Meta.ULID.String()
-	flipBytes(t, filepath.Join(bad.Dir, blockkey.IndexFile), 0.4, 64)
-	for _, b := range blocks {
-		if b.Dir == bad.Dir {
-			w.UploadDamaged(ctx, "acme", b.Dir)
-			continue
-		}
-		w.Upload(ctx, "acme", b.Dir)
-	}
+	uploadOneDamaged(ctx, t, w, "acme", blocks, bad)
 	settleUntil(t, w, func(ctx context.Context) (bool, error) {
 		b, _, err := w.Store.GetBlock(ctx, "acme", badID)
 		return b.State == protocol.BlockQuarantined && b.NoCompactMarkVersionID != "", err
@@ -375,4 +361,19 @@ func readKey(t *testing.T, w *testworld.World, key string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// uploadOneDamaged damages bad's index in the middle (its table of
+// contents intact, so registration accepts it) and uploads it among the
+// healthy blocks.
+func uploadOneDamaged(ctx context.Context, t *testing.T, w *testworld.World, tenant string, blocks []blockgen.Block, bad blockgen.Block) {
+	t.Helper()
+	flipBytes(t, filepath.Join(bad.Dir, blockkey.IndexFile), 0.4, 64)
+	for _, b := range blocks {
+		if b.Dir == bad.Dir {
+			w.UploadDamaged(ctx, tenant, b.Dir)
+			continue
+		}
+		w.Upload(ctx, tenant, b.Dir)
+	}
 }
