@@ -52,7 +52,9 @@ type Config struct {
 	// compact function's timeout, 15m; Policy.JobTimeout is that less
 	// DeadlineMargin), SLUICE_SERIES_CHURN (0.2). Splitting big level-0
 	// blocks on arrival: SLUICE_SPLIT_BYTES (256 MiB; "never" turns it
-	// off).
+	// off). Thanos' downsampling: SLUICE_DOWNSAMPLE (false; true needs a
+	// top level of at least the raw span, e.g. SLUICE_RANGES=8h,48h,336h),
+	// SLUICE_DOWNSAMPLE_RAW_SPAN (40h) and SLUICE_DOWNSAMPLE_5M_SPAN (240h).
 	Policy planning.Policy
 	// DeletionDelay is how long a retired source stays readable, with its
 	// deletion mark, before it is deleted (SLUICE_DELETION_DELAY, default
@@ -278,6 +280,15 @@ func Load(getenv func(string) string) (Config, error) {
 			errs = append(errs, fmt.Sprintf("SLUICE_SPLIT_BYTES=%q: want a size in bytes above 0, or never", v))
 		}
 	}
+	switch v := getenv("SLUICE_DOWNSAMPLE"); v {
+	case "", "false":
+	case "true":
+		c.Policy.Downsample = true
+	default:
+		errs = append(errs, fmt.Sprintf("SLUICE_DOWNSAMPLE=%q: want true or false", v))
+	}
+	c.Policy.DownsampleRawSpan = dur("SLUICE_DOWNSAMPLE_RAW_SPAN", 0)
+	c.Policy.DownsampleFiveMinuteSpan = dur("SLUICE_DOWNSAMPLE_5M_SPAN", 0)
 	switch v := getenv(EnvPartitioning); v {
 	case "", PartitioningAuto:
 		c.Policy.SingleBlock = c.Layout.SingleTenant != ""

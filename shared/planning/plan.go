@@ -29,6 +29,12 @@ type Candidate struct {
 	// CloseDelay after both its end and its newest arrival, so a backfill
 	// of old blocks is not planned block by block as they trickle in.
 	Arrived int64
+	// Stream and Resolution are the block's stream and its resolution
+	// (ms, 0: raw), and Sources its meta.json compaction sources: only a
+	// downsample group's planning reads them (planDownsample).
+	Stream     string
+	Resolution int64
+	Sources    []string
 }
 
 // Decision is the outcome of planning one group.
@@ -47,6 +53,12 @@ type Decision struct {
 	// jobs refuse before reading anything and the cleaner quarantines the
 	// group with this reason, where status shows it.
 	DoesNotFit string
+	// DownsampledBy, for a downsample group with nothing to do because
+	// blocks of the target resolution already hold every source of its
+	// block (Thanos made them before Sluice came, say), names those
+	// blocks: the planner records the block as downsampled, so that
+	// retention may delete it.
+	DownsampledBy []string
 }
 
 // Plan decides what group g should compact next, from the blocks whose
@@ -60,6 +72,9 @@ func (p Policy) Plan(g GroupKey, blocks []Candidate, now time.Time) Decision {
 	p = p.Defaults()
 	if g.IsSplit() {
 		return p.planSplit(g, blocks)
+	}
+	if g.IsDownsample() {
+		return p.planDownsample(g, blocks, now)
 	}
 	start, end := g.RangeStart, p.End(g)
 	var srcs []Candidate
@@ -272,8 +287,13 @@ func (p Policy) Target(st string, level int, minT, maxT int64, completed func(Gr
 }
 
 // Parent is the next level's group holding g's range, and false at the
-// top level. A split's is the level-1 group holding its block's minTime.
+// top level. A split's is the level-1 group holding its block's minTime;
+// a downsample's has no parent: its output's group is planned from the
+// output (the cleaner knows its stream and level).
 func (p Policy) Parent(g GroupKey) (GroupKey, bool) {
+	if g.IsDownsample() {
+		return GroupKey{}, false
+	}
 	if g.IsSplit() {
 		return p.GroupFor(g.Stream, 1, g.RangeStart, g.RangeStart+1)
 	}

@@ -155,14 +155,19 @@ func TestGroupKeyRoundTrip(t *testing.T) {
 	if !split.IsSplit() || split.String() != st+"#0#7200000#01HK3QGM00JS67MS0A0DFMSX3V" {
 		t.Fatalf("split key %q (IsSplit %v)", split.String(), split.IsSplit())
 	}
-	for _, g := range []GroupKey{{Stream: st, Level: 1}, {Stream: st, Level: 2, RangeStart: 86400000}, {Stream: "fedcba9876543210", Level: 1, RangeStart: -43200000}, split} {
+	ds := DownsampleKey(st, 7200000, "01HK3QGM00JS67MS0A0DFMSX3V", Resolution5m)
+	if ds.IsSplit() || !ds.IsDownsample() || ds.String() != st+"#d300000#7200000#01HK3QGM00JS67MS0A0DFMSX3V" {
+		t.Fatalf("downsample key %q (IsSplit %v)", ds.String(), ds.IsSplit())
+	}
+	for _, g := range []GroupKey{{Stream: st, Level: 1}, {Stream: st, Level: 2, RangeStart: 86400000}, {Stream: "fedcba9876543210", Level: 1, RangeStart: -43200000}, split, ds} {
 		back, err := ParseGroupKey(g.String())
 		if err != nil || back != g {
 			t.Fatalf("ParseGroupKey(%q) = %v, %v", g.String(), back, err)
 		}
 	}
 	for _, bad := range []string{"", "x", "0#5", "1#", "1#5", "01#5", st + "#0#5", st + "#1#", st + "#01#5", st + "#1#5#6", "0123456789ABCDEF#1#5", "abc#1#5",
-		st + "#0#5#notaulid", st + "#1#5#01HK3QGM00JS67MS0A0DFMSX3V", st + "#0#05#01HK3QGM00JS67MS0A0DFMSX3V", st + "#0#5#01HK3QGM00JS67MS0A0DFMSX3V#x"} {
+		st + "#0#5#notaulid", st + "#1#5#01HK3QGM00JS67MS0A0DFMSX3V", st + "#0#05#01HK3QGM00JS67MS0A0DFMSX3V", st + "#0#5#01HK3QGM00JS67MS0A0DFMSX3V#x",
+		st + "#d0#5#01HK3QGM00JS67MS0A0DFMSX3V", st + "#d-5#5#01HK3QGM00JS67MS0A0DFMSX3V", st + "#d#5#01HK3QGM00JS67MS0A0DFMSX3V", st + "#d05#5#01HK3QGM00JS67MS0A0DFMSX3V"} {
 		if _, err := ParseGroupKey(bad); err == nil {
 			t.Errorf("ParseGroupKey(%q) accepted a bad key", bad)
 		}
@@ -181,5 +186,12 @@ func TestValidate(t *testing.T) {
 	}
 	if err := (Policy{}).Validate(); err != nil {
 		t.Fatalf("defaults rejected: %v", err)
+	}
+	if err := (Policy{Downsample: true}).Validate(); err == nil {
+		t.Fatal("downsampling with a 24h top level (no 40h block is ever made) accepted")
+	}
+	thanos := Policy{Downsample: true, Ranges: []time.Duration{2 * time.Hour, 8 * time.Hour, 48 * time.Hour, 336 * time.Hour}}
+	if err := thanos.Validate(); err != nil {
+		t.Fatalf("Thanos' levels with downsampling rejected: %v", err)
 	}
 }

@@ -74,6 +74,15 @@ type Policy struct {
 	// is split on arrival (SplitCount): SLUICE_SPLIT_BYTES, default
 	// DefaultSplitBytes; NeverSplit turns splitting off.
 	SplitBytes uint64
+	// Downsample turns on Thanos' downsampling (SLUICE_DOWNSAMPLE): a
+	// block spanning at least DownsampleRawSpan of raw samples is
+	// downsampled to 5m, one spanning DownsampleFiveMinuteSpan of 5m
+	// aggregates to 1h (downsample.go).
+	Downsample bool
+	// DownsampleRawSpan and DownsampleFiveMinuteSpan are those spans:
+	// SLUICE_DOWNSAMPLE_RAW_SPAN and SLUICE_DOWNSAMPLE_5M_SPAN, default
+	// Thanos' 40h and 10d.
+	DownsampleRawSpan, DownsampleFiveMinuteSpan time.Duration
 }
 
 // Splitting defaults. A level-0 block is split on arrival into the
@@ -130,6 +139,12 @@ func (p Policy) Defaults() Policy {
 	if p.SplitBytes == 0 {
 		p.SplitBytes = DefaultSplitBytes
 	}
+	if p.DownsampleRawSpan == 0 {
+		p.DownsampleRawSpan = DefaultDownsampleRawSpan
+	}
+	if p.DownsampleFiveMinuteSpan == 0 {
+		p.DownsampleFiveMinuteSpan = DefaultDownsampleFiveMinuteSpan
+	}
 	return p
 }
 
@@ -149,6 +164,9 @@ func (p Policy) Validate() error {
 	}
 	if p.SeriesChurn < 0 || p.SeriesChurn > 1 {
 		return fmt.Errorf("planning: series churn %g is not in [0, 1]", p.SeriesChurn)
+	}
+	if top := p.Ranges[len(p.Ranges)-1]; p.Downsample && top < p.DownsampleRawSpan {
+		return fmt.Errorf("planning: downsampling needs blocks of %v, but the top level's range is %v: no output is ever downsampled (Thanos' levels: 2h,8h,48h,336h)", p.DownsampleRawSpan, top)
 	}
 	if p.MaxPartitions&(p.MaxPartitions-1) != 0 {
 		return fmt.Errorf("planning: max partitions %d is not a power of two", p.MaxPartitions)
@@ -190,25 +208,38 @@ func (p Policy) GroupFor(st string, level int, minT, maxT int64) (GroupKey, bool
 
 // GroupKey identifies a group: one level's range of one stream of one
 // tenant, or — with Block set — the split of one level-0 block of the
-// stream into partitions (Level 0, RangeStart the block's minTime).
+// stream into partitions (Level 0, RangeStart the block's minTime), or —
+// with Block and Resolution set — the downsampling of one block of the
+// stream to Resolution.
 type GroupKey struct {
 	// Stream is the stream.ID of the group's blocks.
 	Stream     string
 	Level      int
 	RangeStart int64 // ms
-	// Block is the ULID of the block a split group splits; "" for a
-	// range's group.
+	// Block is the ULID of the block a split or downsample group reads;
+	// "" for a range's group.
 	Block string
+	// Resolution is the resolution (ms) a downsample group writes; 0
+	// otherwise.
+	Resolution int64
 }
 
 // IsSplit reports a split group: the split of one block (Block), not a
 // range's compaction.
-func (g GroupKey) IsSplit() bool { return g.Block != "" }
+func (g GroupKey) IsSplit() bool { return g.Block != "" && g.Resolution == 0 }
+
+// IsDownsample reports a downsample group: one block (Block) downsampled
+// to Resolution, into the stream of that resolution.
+func (g GroupKey) IsDownsample() bool { return g.Block != "" && g.Resolution > 0 }
 
 // String is the stable form used in records and logs:
-// "<stream>#<level>#<start>", and "<stream>#0#<minTime>#<ULID>" for a split.
+// "<stream>#<level>#<start>", "<stream>#0#<minTime>#<ULID>" for a split
+// and "<stream>#d<resolution>#<minTime>#<ULID>" for a downsample.
 func (g GroupKey) String() string {
-	if g.IsSplit() {
+	switch {
+	case g.IsDownsample():
+		return fmt.Sprintf("%s#d%d#%d#%s", g.Stream, g.Resolution, g.RangeStart, g.Block)
+	case g.IsSplit():
 		return fmt.Sprintf("%s#0#%d#%s", g.Stream, g.RangeStart, g.Block)
 	}
 	return fmt.Sprintf("%s#%d#%d", g.Stream, g.Level, g.RangeStart)
@@ -231,14 +262,23 @@ func ParseGroupKey(s string) (GroupKey, error) {
 		if err == nil && g.Level < 1 {
 			err = fmt.Errorf("level %d", g.Level)
 		}
-	case len(parts) == 3 && parts[0] == "0":
-		// A split: "0#<minTime>#<ULID>".
-		if g.RangeStart, err = strconv.ParseInt(parts[1], 10, 64); err == nil {
+	case len(parts) == 3 && (parts[0] == "0" || strings.HasPrefix(parts[0], "d")):
+		// A split, "0#<minTime>#<ULID>", or a downsample,
+		// "d<resolution>#<minTime>#<ULID>".
+		if parts[0] != "0" {
+			if g.Resolution, err = strconv.ParseInt(parts[0][1:], 10, 64); err == nil && g.Resolution <= 0 {
+				err = fmt.Errorf("resolution %d", g.Resolution)
+			}
+		}
+		if err == nil {
+			g.RangeStart, err = strconv.ParseInt(parts[1], 10, 64)
+		}
+		if err == nil {
 			_, err = ulid.ParseStrict(parts[2])
 		}
 		g.Block = parts[2]
 	default:
-		err = fmt.Errorf("want <stream>#<level>#<start> or <stream>#0#<minTime>#<ULID>")
+		err = fmt.Errorf("want <stream>#<level>#<start>, <stream>#0#<minTime>#<ULID> or <stream>#d<resolution>#<minTime>#<ULID>")
 	}
 	if err != nil {
 		return GroupKey{}, fmt.Errorf("planning: bad group key %q: %w", s, err)

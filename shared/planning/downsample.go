@@ -1,0 +1,125 @@
+package planning
+
+import (
+	"slices"
+	"sort"
+	"time"
+)
+
+// Thanos' resolutions and downsampling spans (pkg/compact/downsample:
+// ResLevel1, ResLevel2, ResLevel1DownsampleRange, ResLevel2DownsampleRange):
+// a block is downsampled only once it spans enough to give each series
+// about two aggregate chunks at the coarser resolution.
+const (
+	Resolution5m                    = int64(5 * time.Minute / time.Millisecond)
+	Resolution1h                    = int64(time.Hour / time.Millisecond)
+	DefaultDownsampleRawSpan        = 40 * time.Hour
+	DefaultDownsampleFiveMinuteSpan = 10 * 24 * time.Hour
+)
+
+// DownsampleRecheck is how soon a downsample group that waits for a busy
+// block is planned again: the work that holds the block re-plans its own
+// groups, not this one.
+const DownsampleRecheck = 10 * time.Minute
+
+// DownsampleTo is the resolution a block of resolution res (ms, 0: raw)
+// over [minT, maxT) is downsampled to, and false when it is not (the
+// policy does not downsample, the block is too short, or it is at 1h).
+func (p Policy) DownsampleTo(res, minT, maxT int64) (int64, bool) {
+	p = p.Defaults()
+	if !p.Downsample {
+		return 0, false
+	}
+	span := time.Duration(maxT-minT) * time.Millisecond
+	switch {
+	case res == 0 && span >= p.DownsampleRawSpan:
+		return Resolution5m, true
+	case res == Resolution5m && span >= p.DownsampleFiveMinuteSpan:
+		return Resolution1h, true
+	}
+	return 0, false
+}
+
+// DownsampleKey is the group that downsamples block id of stream st,
+// starting at minT, to resolution res.
+func DownsampleKey(st string, minT int64, id string, res int64) GroupKey {
+	return GroupKey{Stream: st, RangeStart: minT, Block: id, Resolution: res}
+}
+
+// planDownsample decides the downsampling of block g.Block to
+// g.Resolution. blocks are the block itself and the blocks of the target
+// resolution's stream around it.
+//
+// As Thanos decides: the block is downsampled unless blocks of the target
+// resolution already hold every one of its compaction sources. The
+// version's sources are the block — which it keeps: raw data stays until
+// its own retention — and every target-resolution block it overlaps,
+// each of which must hold only sources of this block (an earlier
+// downsample of a block this one has since absorbed, a late block merged
+// in): the version retires them when its output is published, so the
+// target stream never holds two blocks of the same data.
+func (p Policy) planDownsample(g GroupKey, blocks []Candidate, now time.Time) Decision {
+	i := slices.IndexFunc(blocks, func(b Candidate) bool { return b.ID == g.Block })
+	if i < 0 {
+		return Decision{Wait: "block " + g.Block + " is not registered"}
+	}
+	src := blocks[i]
+	recheck := now.Add(DownsampleRecheck).UnixMilli()
+	switch {
+	case src.Busy:
+		return Decision{Wait: "block " + src.ID + " is busy with another group", ClosesAt: recheck}
+	case !src.Plannable:
+		return Decision{Wait: "block " + src.ID + " is not live, published and unclaimed"}
+	}
+	if to, ok := p.DownsampleTo(src.Resolution, src.MinT, src.MaxT); !ok || to != g.Resolution {
+		return Decision{Wait: "block " + src.ID + " is not to be downsampled to this resolution"}
+	}
+	own := src.Sources
+	if len(own) == 0 {
+		own = []string{src.ID}
+	}
+	held := map[string]bool{}
+	var holders, overlapping []Candidate
+	for _, b := range blocks {
+		if b.Stream == src.Stream {
+			continue
+		}
+		shares := false
+		for _, s := range b.Sources {
+			held[s] = true
+			shares = shares || slices.Contains(own, s)
+		}
+		if shares {
+			holders = append(holders, b)
+		}
+		if b.MinT < src.MaxT && src.MinT < b.MaxT {
+			overlapping = append(overlapping, b)
+		}
+	}
+	if !slices.ContainsFunc(own, func(s string) bool { return !held[s] }) {
+		d := Decision{Wait: "blocks of this resolution already hold every source of block " + src.ID}
+		for _, b := range holders {
+			if b.Busy || !b.Plannable {
+				d.ClosesAt = recheck
+				d.Wait += "; " + b.ID + " is busy"
+				return d
+			}
+			d.DownsampledBy = append(d.DownsampledBy, b.ID)
+		}
+		return d
+	}
+	srcs := []Candidate{src}
+	for _, b := range overlapping {
+		if slices.ContainsFunc(b.Sources, func(s string) bool { return !slices.Contains(own, s) }) {
+			// Downsampling would write a second block of b's range; b
+			// goes when a compaction of the raw range replaces src.
+			return Decision{Wait: "block " + src.ID + " overlaps downsampled block " + b.ID + ", which holds sources it does not"}
+		}
+		if b.Busy || !b.Plannable {
+			return Decision{Wait: "downsampled block " + b.ID + " it replaces is busy", ClosesAt: recheck}
+		}
+		srcs = append(srcs, b)
+	}
+	sort.Slice(srcs, func(i, j int) bool { return srcs[i].ID < srcs[j].ID })
+	return Decision{Sources: srcs, Partitions: 1}
+}

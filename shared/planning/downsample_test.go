@@ -1,0 +1,94 @@
+package planning
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDownsampleTo(t *testing.T) {
+	on := Policy{Downsample: true}
+	h := int64(time.Hour / time.Millisecond)
+	cases := []struct {
+		name   string
+		pol    Policy
+		res    int64
+		span   int64
+		want   int64
+		wantOK bool
+	}{
+		{"off by default", Policy{}, 0, 48 * h, 0, false},
+		{"raw, 2d", on, 0, 48 * h, Resolution5m, true},
+		{"raw, exactly 40h", on, 0, 40 * h, Resolution5m, true},
+		{"raw, 24h", on, 0, 24 * h, 0, false},
+		{"5m, 14d", on, Resolution5m, 14 * 24 * h, Resolution1h, true},
+		{"5m, 2d", on, Resolution5m, 48 * h, 0, false},
+		{"1h is the last", on, Resolution1h, 100 * 24 * h, 0, false},
+		{"configured span", Policy{Downsample: true, DownsampleRawSpan: 4 * time.Hour}, 0, 4 * h, Resolution5m, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := tc.pol.DownsampleTo(tc.res, 1000, 1000+tc.span)
+			if got != tc.want || ok != tc.wantOK {
+				t.Errorf("DownsampleTo = %d, %v; want %d, %v", got, ok, tc.want, tc.wantOK)
+			}
+		})
+	}
+}
+
+func TestPlanDownsample(t *testing.T) {
+	const (
+		raw = "aaaaaaaaaaaaaaaa"
+		fm  = "bbbbbbbbbbbbbbbb"
+		h   = int64(time.Hour / time.Millisecond)
+	)
+	now := time.UnixMilli(1_000 * h)
+	pol := Policy{Downsample: true, Ranges: []time.Duration{8 * time.Hour, 48 * time.Hour}}
+	src := Candidate{ID: "01HK3QGM00JS67MS0A0DFMSX3V", Stream: raw, MinT: 0, MaxT: 48 * h, Level: 2, Plannable: true,
+		Sources: []string{"S1", "S2", "S3"}}
+	down := func(id string, sources ...string) Candidate {
+		return Candidate{ID: id, Stream: fm, Resolution: Resolution5m, MinT: 0, MaxT: 48 * h, Level: 2, Plannable: true, Sources: sources}
+	}
+	busy := func(c Candidate) Candidate { c.Busy, c.Plannable = true, false; return c }
+	g := DownsampleKey(raw, 0, src.ID, Resolution5m)
+	cases := []struct {
+		name    string
+		blocks  []Candidate
+		sources []string
+		by      []string
+		wait    string
+		recheck bool
+	}{
+		{"nothing downsampled yet", []Candidate{src}, []string{src.ID}, nil, "", false},
+		{"already downsampled (Thanos did it)", []Candidate{src, down("D1", "S1", "S2"), down("D2", "S3")}, nil, []string{"D1", "D2"}, "already hold", false},
+		{"covered by a block being published", []Candidate{src, busy(down("D1", "S1", "S2", "S3"))}, nil, nil, "busy", true},
+		{"a late block joined: the old downsample is replaced", []Candidate{src, down("D1", "S1", "S2")}, []string{src.ID, "D1"}, nil, "", false},
+		{"overlapping downsample of other data", []Candidate{src, down("D1", "S1", "X")}, nil, nil, "holds sources it does not", false},
+		{"the block it replaces is busy", []Candidate{src, busy(down("D1", "S1"))}, nil, nil, "busy", true},
+		{"source busy", []Candidate{busy(src)}, nil, nil, "busy with another group", true},
+		{"source too short", []Candidate{func() Candidate { c := src; c.MaxT = 24 * h; return c }()}, nil, nil, "not to be downsampled", false},
+		{"not registered", nil, nil, nil, "not registered", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d := pol.Plan(g, tc.blocks, now)
+			var ids []string
+			for _, c := range d.Sources {
+				ids = append(ids, c.ID)
+			}
+			if !slices.Equal(ids, tc.sources) || !slices.Equal(d.DownsampledBy, tc.by) {
+				t.Fatalf("sources %v, downsampled by %v; want %v, %v (wait %q)", ids, d.DownsampledBy, tc.sources, tc.by, d.Wait)
+			}
+			if len(ids) > 0 && d.Partitions != 1 {
+				t.Errorf("partitions %d, want 1", d.Partitions)
+			}
+			if !strings.Contains(d.Wait, tc.wait) {
+				t.Errorf("wait %q, want it to say %q", d.Wait, tc.wait)
+			}
+			if got := d.ClosesAt > 0; got != tc.recheck {
+				t.Errorf("re-planned later: %v, want %v", got, tc.recheck)
+			}
+		})
+	}
+}
