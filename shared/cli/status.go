@@ -244,8 +244,11 @@ type RetentionStatus struct {
 	OneHour     string `json:"1h,omitempty"`
 	// Due counts the blocks past their retention that the next pass
 	// (every Interval) retires; claimed blocks wait for their version.
-	Due      int    `json:"due"`
-	Interval string `json:"interval"`
+	Due int `json:"due"`
+	// HeldForDownsample counts the blocks past their retention that wait
+	// for their downsample to be published.
+	HeldForDownsample int    `json:"heldForDownsample,omitempty"`
+	Interval          string `json:"interval"`
 	// Next is the next block to expire after those, if any.
 	Next *NextExpiry `json:"next,omitempty"`
 }
@@ -780,7 +783,7 @@ func retentionStatus(ctx context.Context, st *records.Store, cfg config.Config, 
 	if err != nil {
 		return nil
 	}
-	due, next, ok := retention.Expiries(cfg.Retention, blocks, res, now)
+	due, held, next, ok := retention.Expiries(cfg.Retention, blocks, res, cfg.Policy.DownsampleTo, now)
 	keep := func(d time.Duration) string {
 		if d <= 0 {
 			return ""
@@ -788,7 +791,7 @@ func retentionStatus(ctx context.Context, st *records.Store, cfg config.Config, 
 		return shortDuration(d)
 	}
 	rs := &RetentionStatus{Raw: keep(cfg.Retention.Raw), FiveMinutes: keep(cfg.Retention.FiveMinutes), OneHour: keep(cfg.Retention.OneHour),
-		Due: len(due), Interval: shortDuration(cfg.RetentionInterval)}
+		Due: len(due), HeldForDownsample: len(held), Interval: shortDuration(cfg.RetentionInterval)}
 	if ok {
 		rs.Next = &NextExpiry{Block: next.Block.ID, Level: next.Block.Level, MaxT: time.UnixMilli(next.Block.MaxT).UTC(),
 			At: next.At.UTC(), DeletedAt: next.At.Add(cfg.DeletionDelay).UTC()}

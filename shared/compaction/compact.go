@@ -595,3 +595,27 @@ func cmpInt64(a, b int64) int {
 	}
 	return 0
 }
+
+// OpenStreamed opens the block whose meta.json, index and tombstones are in
+// dir, with its chunks from chunks, as a compaction job opens a streamed
+// source (a chunk that cannot be read blames the block). pool decodes
+// its chunks: downsample.NewPool reads aggregate chunks too. The caller
+// closes the block.
+func OpenStreamed(ctx context.Context, logger *slog.Logger, dir string, pool chunkenc.Pool,
+	chunks func(context.Context, *blockmeta.Meta) (tsdb.ChunkReader, error)) (OpenBlock, error) {
+	m, err := blockmeta.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	r, err := Job{SourceChunks: chunks}.open(ctx, logger, source{dir: dir, meta: m}, pool)
+	if err != nil {
+		return nil, &SourceError{Block: m.ULID, Err: err}
+	}
+	return r.(OpenBlock), nil
+}
+
+// OpenBlock is an opened source block.
+type OpenBlock interface {
+	tsdb.BlockReader
+	io.Closer
+}

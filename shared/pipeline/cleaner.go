@@ -40,6 +40,8 @@ type cleanerRecords interface {
 	DoneAgendaAll(ctx context.Context, entries []records.AgendaEntry) error
 	DueAll(ctx context.Context, now time.Time) ([]records.AgendaEntry, error)
 	GetGroup(ctx context.Context, tenant string, g planning.GroupKey) (records.Group, bool, error)
+	GetStream(ctx context.Context, tenant, id string) (records.StreamRecord, bool, error)
+	KeepSource(ctx context.Context, ref string, b records.Block, res int64, now time.Time) (int64, error)
 	PutAgenda(ctx context.Context, k records.AgendaKind, due time.Time, tenant, subject string) error
 	QuarantineGroup(ctx context.Context, g records.Group, reason string, now time.Time) error
 	QuarantineSource(ctx context.Context, g records.Group, b records.Block, reason string, now time.Time) (int64, error)
@@ -263,6 +265,13 @@ func (c Cleaner) retireSources(ctx context.Context, head records.Group, srcs []r
 	var ops []messages.BlockOp
 	for _, b := range srcs {
 		switch {
+		case head.Key.IsDownsample() && b.ID == head.Key.Block:
+			// Downsampling keeps its block.
+			if b.State == protocol.BlockClaimed && b.ClaimedBy == head.Ref() {
+				if err := c.keepSource(ctx, head, b, now); err != nil {
+					return err
+				}
+			}
 		case b.State == protocol.BlockClaimed && b.ClaimedBy == head.Ref():
 			if err := c.step(ctx, "cleaner.before-retire", b.Key()); err != nil {
 				return err
@@ -303,6 +312,13 @@ func (c Cleaner) finishRetired(ctx context.Context, head records.Group, parts []
 	// Re-plan before leaving the agenda: once off it, nothing brings the
 	// group back if this step dies.
 	if err := c.replan(ctx, head); err != nil {
+		return err
+	}
+	outs, err := c.outputs(ctx, head, parts)
+	if err != nil {
+		return err
+	}
+	if err := c.planDownsamples(ctx, head, outs); err != nil {
 		return err
 	}
 	if err := c.records().FinishVersion(ctx, head, c.now().Add(c.Config.OrphanDelay)); err != nil && !records.IsConditionLost(err) {

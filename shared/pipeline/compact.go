@@ -137,7 +137,11 @@ func (c Compact) Run(ctx context.Context, job messages.Job) error {
 	}
 	work, stop := c.workContext(ctx)
 	started := time.Now()
-	outs, err := c.compact(work, head, parts, srcs, log)
+	run := c.compact
+	if g.IsDownsample() {
+		run = c.downsample
+	}
+	outs, err := run(work, head, parts, srcs, log)
 	f, counted := c.classify(ctx, work, err)
 	stop()
 	if err != nil {
@@ -155,7 +159,7 @@ func (c Compact) Run(ctx context.Context, job messages.Job) error {
 	}
 	for i := range outs {
 		if out := outs[i].Output; out != nil {
-			outs[i].Ranges = c.Config.Policy.MemberRanges(g.Stream, g.Level, out.MinT, out.MaxT)
+			outs[i].Ranges = c.Config.Policy.MemberRanges(out.Stream, out.Level, out.MinT, out.MaxT)
 		}
 	}
 	if err := c.records().CommitAll(ctx, job.Tenant, g, job.Version, owner, outs, c.now()); err != nil {
@@ -228,6 +232,17 @@ func (c Compact) fits(ctx context.Context, head records.Group, p int, srcs []rec
 	cands := make([]planning.Candidate, len(srcs))
 	for i, b := range srcs {
 		cands[i] = candidate(b)
+	}
+	if head.Key.IsDownsample() {
+		// The job reads its block, not the blocks it replaces.
+		i := slices.IndexFunc(srcs, func(b records.Block) bool { return b.ID == head.Key.Block })
+		if i < 0 {
+			return records.Failure{Kind: records.FailureTooBig, Message: "block " + head.Key.Block + " is not among the version's sources"}, false
+		}
+		if ok, why := pol.Fits(pol.EstimateDownsample(cands[i])); !ok {
+			return records.Failure{Kind: records.FailureTooBig, Message: "the downsample of " + head.Key.Block + ": " + why}, false
+		}
+		return records.Failure{}, true
 	}
 	if head.Key.IsSplit() && len(cands) == 1 {
 		// One job reads the block once and writes every partition: more

@@ -43,9 +43,12 @@ type plannerRecords interface {
 	Claim(ctx context.Context, g records.Group, srcs []records.Block, now time.Time) error
 	CreateVersion(ctx context.Context, prev, next records.Group, now, prevOrphansAt time.Time) error
 	GetGroup(ctx context.Context, tenant string, g planning.GroupKey) (records.Group, bool, error)
+	GetStream(ctx context.Context, tenant, id string) (records.StreamRecord, bool, error)
 	HonourDeletionMark(ctx context.Context, b records.Block, retireAt, now time.Time) (int64, error)
 	NoteForeignMark(ctx context.Context, b records.Block, from protocol.BlockState, file, vid string, markedAt, now time.Time) error
+	NoteDownsampled(ctx context.Context, b records.Block, res int64, holders []records.Block, now time.Time) error
 	PutAgenda(ctx context.Context, k records.AgendaKind, due time.Time, tenant, subject string) error
+	PutStream(ctx context.Context, tenant string, sr records.StreamRecord) error
 	RangeBlocks(ctx context.Context, tenant string, g planning.GroupKey) ([]records.Block, error)
 	RegisterBlock(ctx context.Context, b records.Block, ranges []planning.GroupKey, sr *records.StreamRecord) error
 	ReleaseBlock(ctx context.Context, b records.Block, now time.Time) (int64, error)
@@ -504,9 +507,21 @@ func (p Planner) getObject(ctx context.Context, key, vid string) ([]byte, string
 // for a late block — the highest level that already compacted its range.
 func (p Planner) planFor(ctx context.Context, b records.Block) error {
 	c := candidate(b)
-	if b.State == protocol.BlockLive && b.Published && b.ClaimedBy == "" && !b.NoCompact &&
-		p.overrides(ctx).Policy(b.Tenant, p.Config.Policy).SplitCount(c) > 0 {
+	pol := p.overrides(ctx).Policy(b.Tenant, p.Config.Policy)
+	plannable := b.State == protocol.BlockLive && b.Published && b.ClaimedBy == "" && !b.NoCompact
+	if plannable && pol.SplitCount(c) > 0 {
 		return p.PlanGroup(ctx, b.Tenant, planning.SplitKey(b.Stream, b.MinT, b.ID))
+	}
+	if plannable && pol.Downsample {
+		sr, ok, err := p.records().GetStream(ctx, b.Tenant, b.Stream)
+		if err != nil {
+			return err
+		}
+		if to, due := downsampleDue(pol, b, sr.Resolution); ok && due {
+			if err := p.PlanGroup(ctx, b.Tenant, planning.DownsampleKey(b.Stream, b.MinT, b.ID, to)); err != nil {
+				return err
+			}
+		}
 	}
 	var lookupErr error
 	heads := map[planning.GroupKey]records.Group{}
@@ -585,12 +600,29 @@ func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKe
 		log.WarnContext(ctx, "group quarantined; not planning until 'sluice retry'", "version", head.Version, "reason", head.Reason)
 		return false, nil
 	}
-	blocks, err := p.records().RangeBlocks(ctx, tenant, g)
+	var (
+		blocks []records.Block
+		cands  []planning.Candidate
+		target records.StreamRecord
+	)
+	if g.IsDownsample() {
+		blocks, cands, target, err = p.downsampleBlocks(ctx, tenant, g)
+		if err == nil && len(blocks) > 0 && blocks[0].Downsampled >= g.Resolution {
+			log.InfoContext(ctx, "block downsampled already; nothing to plan", "downsampled", blocks[0].Downsampled)
+			return false, nil
+		}
+	} else {
+		blocks, err = p.records().RangeBlocks(ctx, tenant, g)
+		cands = candidates(blocks)
+	}
 	if err != nil {
 		return false, err
 	}
 	now := p.now()
-	dec := p.overrides(ctx).Policy(tenant, p.Config.Policy).Plan(g, candidates(blocks), now)
+	dec := p.overrides(ctx).Policy(tenant, p.Config.Policy).Plan(g, cands, now)
+	if len(dec.DownsampledBy) > 0 {
+		return false, p.noteDownsampled(ctx, tenant, g, blocks, dec.DownsampledBy)
+	}
 	if len(dec.Sources) == 0 {
 		log.InfoContext(ctx, "nothing to plan", "why", dec.Wait, "blocks", len(blocks))
 		if dec.ClosesAt > 0 {
@@ -632,6 +664,12 @@ func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKe
 		}
 	}
 	log = log.With("version", next.Version)
+	if g.IsDownsample() {
+		// The output's stream: no upload registered it.
+		if err := p.records().PutStream(ctx, tenant, target); err != nil {
+			return false, err
+		}
+	}
 	if err := p.step(ctx, "planner.before-create", next.Ref()); err != nil {
 		return false, err
 	}

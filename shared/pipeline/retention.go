@@ -9,8 +9,10 @@ import (
 	"github.com/sluice-dev/sluice/shared/config"
 	"github.com/sluice-dev/sluice/shared/logattr"
 	"github.com/sluice-dev/sluice/shared/messages"
+	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/retention"
+	"github.com/sluice-dev/sluice/shared/stream"
 )
 
 // retentionKind is the "sluice" field of spec.RetentionEvent.
@@ -22,6 +24,22 @@ type retentionRecords interface {
 	TenantStreams(ctx context.Context, tenant string) ([]records.StreamRecord, error)
 	BlocksView(ctx context.Context, tenant string) ([]records.Block, error)
 	Expire(ctx context.Context, b records.Block, retireAt, now time.Time) (int64, error)
+	ExpireDownsampled(ctx context.Context, b records.Block, retireAt, now time.Time) (int64, error)
+}
+
+// planHeld asks the planner for the downsample of every block retention
+// holds for one: the pass is what makes sure a block that was never
+// downsampled (registered before downsampling was turned on, a downsample
+// that waited) is, and its retention then proceeds.
+func (c Cleaner) planHeld(ctx context.Context, tenant string, held []retention.Expiry) error {
+	reqs := make([]messages.PlanRequest, 0, len(held))
+	for _, e := range held {
+		b := e.Block
+		c.Logger.InfoContext(ctx, "retention holds a block until its downsample is published", logattr.Block(tenant, b.ID),
+			"resolution", stream.ResolutionName(e.Downsample), "retentionEnded", e.At.UTC())
+		reqs = append(reqs, messages.PlanRequest{Tenant: tenant, Group: planning.DownsampleKey(b.Stream, b.MinT, b.ID, e.Downsample).String(), Why: "retention holds it"})
+	}
+	return c.Send.Plans(ctx, reqs)
 }
 
 // Retention is the cleaner's retention pass, on its own schedule
@@ -74,14 +92,21 @@ func (c Cleaner) retainTenant(ctx context.Context, st retentionRecords, tenant s
 	if err != nil {
 		return 0, err
 	}
-	due, _, _ := retention.Expiries(keep, blocks, res, now)
+	due, held, _, _ := retention.Expiries(keep, blocks, res, c.overrides(ctx).Policy(tenant, c.Config.Policy).DownsampleTo, now)
+	if err := c.planHeld(ctx, tenant, held); err != nil {
+		return 0, err
+	}
 	n := 0
 	for _, e := range due {
 		b := e.Block
 		if err := c.step(ctx, "cleaner.before-expire", b.Key()); err != nil {
 			return n, err
 		}
-		gen, err := st.Expire(ctx, b, now.Add(c.Config.DeletionDelay), now)
+		expire := st.Expire
+		if e.Downsample > 0 {
+			expire = st.ExpireDownsampled
+		}
+		gen, err := expire(ctx, b, now.Add(c.Config.DeletionDelay), now)
 		if records.IsConditionLost(err) {
 			// Claimed, retired or marked since the view was read: the
 			// next pass sees where it is.

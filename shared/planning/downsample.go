@@ -108,6 +108,9 @@ func (p Policy) planDownsample(g GroupKey, blocks []Candidate, now time.Time) De
 		}
 		return d
 	}
+	if ok, why := p.Fits(p.EstimateDownsample(src)); !ok {
+		return Decision{Wait: "the downsample of block " + src.ID + " does not fit one job: " + why}
+	}
 	srcs := []Candidate{src}
 	for _, b := range overlapping {
 		if slices.ContainsFunc(b.Sources, func(s string) bool { return !slices.Contains(own, s) }) {
@@ -122,4 +125,17 @@ func (p Policy) planDownsample(g GroupKey, blocks []Candidate, now time.Time) De
 	}
 	sort.Slice(srcs, func(i, j int) bool { return srcs[i].ID < srcs[j].ID })
 	return Decision{Sources: srcs, Partitions: 1}
+}
+
+// EstimateDownsample sizes the one job that downsamples block c: it reads
+// the block once (index downloaded, chunks streamed) and writes the
+// downsampled block on local disk before uploading it. Its output is
+// taken as half the block, far more than the aggregates of 5m or 1h
+// windows come to (docs/block-engine.md).
+func (p Policy) EstimateDownsample(c Candidate) JobEstimate {
+	p = p.Defaults()
+	size := c.IndexBytes + c.ChunkBytes
+	e := JobEstimate{Partitions: 1, Opened: 1, ReadBytes: size, OutputBytes: size / 2, ScratchBytes: c.IndexBytes + size/2, Series: c.Series}
+	e.Duration = time.Duration(float64(e.ReadBytes+e.OutputBytes) / float64(p.Throughput) * float64(time.Second))
+	return e
 }

@@ -65,6 +65,10 @@ const (
 	// claim, a planner that read the block before the mark was noted could
 	// still claim it: noting a mark changes no state and so no gen.
 	Compactable Require = "no no-compact mark"
+	// Downsampled: the block's downsample is published (or blocks of the
+	// target resolution already held its data): retention may delete a
+	// block that is due a downsample only then (Thanos #3716, #5664).
+	Downsampled Require = "downsample published"
 )
 
 // Name names a transition.
@@ -112,6 +116,12 @@ const (
 	NoteMark         Name = "note another tool's mark"
 	HonourDeletion   Name = "honour a deletion mark"
 	Expire           Name = "expire by retention"
+	// Downsampling keeps its source: the version releases it, recording
+	// the downsample, once its output is published.
+	KeepSource        Name = "keep a downsampled source"
+	HolderCheck       Name = "downsampled holder check"
+	NoteDownsampled   Name = "note a block downsampled already"
+	ExpireDownsampled Name = "expire a downsampled block"
 )
 
 // Transition is one item's step: from one of From (none: Absent) to To
@@ -240,6 +250,14 @@ func Table() []Transition {
 			Requires: []Require{AtGen, Unclaimed, MarkRecorded}, Code: "HonourDeletionMark"},
 		{Name: Expire, Item: ItemBlock, From: states(BlockLive), To: string(BlockRetiring),
 			Requires: []Require{AtGen, Published, Unclaimed}, Code: "Expire"},
+		{Name: KeepSource, Item: ItemBlock, From: states(BlockClaimed), To: string(BlockLive),
+			Requires: []Require{ClaimedByWriter, AtGen}, Code: "KeepSource"},
+		{Name: HolderCheck, Item: ItemBlock, From: states(BlockLive), Check: true,
+			Requires: []Require{AtGen, Published}, Code: "NoteDownsampled"},
+		{Name: NoteDownsampled, Item: ItemBlock, From: states(BlockLive), Requires: []Require{AtGen, Unclaimed},
+			With: []Name{HolderCheck}, Code: "NoteDownsampled"},
+		{Name: ExpireDownsampled, Item: ItemBlock, From: states(BlockLive), To: string(BlockRetiring),
+			Requires: []Require{AtGen, Published, Unclaimed, Downsampled}, Code: "Expire"},
 	}
 }
 

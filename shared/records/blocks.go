@@ -411,6 +411,62 @@ func (st *Store) Expire(ctx context.Context, b Block, retireAt, now time.Time) (
 	return st.toRetiring(ctx, "expire "+b.Key(), protocol.Expire, b, expect{}, retireAt, now)
 }
 
+// ExpireDownsampled is Expire for a block that is due a downsample: its
+// condition also demands the downsample recorded (Block.Downsampled), so a
+// retention pass that read the block before can never delete raw data
+// whose downsample is not published (Thanos #3716, #5664).
+func (st *Store) ExpireDownsampled(ctx context.Context, b Block, retireAt, now time.Time) (int64, error) {
+	return st.toRetiring(ctx, "expire "+b.Key()+" (downsampled)", protocol.ExpireDownsampled, b, expect{}, retireAt, now)
+}
+
+// KeepSource returns a downsample version's source to LIVE once the
+// version's output is published (CLAIMED by ref → LIVE at gen) and
+// records the resolution it was downsampled to. It returns the new gen.
+func (st *Store) KeepSource(ctx context.Context, ref string, b Block, res int64, now time.Time) (int64, error) {
+	return b.Gen + 1, st.writeBlock(ctx, "keep "+b.Key()+" downsampled by "+ref, protocol.KeepSource, b, expect{by: ref}, now,
+		"downsampled = :res, updatedAt = :now", "claimedBy", map[string]types.AttributeValue{":res": n(res), ":now": n(now.UnixMilli())})
+}
+
+// NoteDownsampled records that blocks of resolution res (holders, LIVE
+// and published at the gens read) already hold every source of block b
+// (LIVE, unclaimed, at its gen): b needs no downsample of its own, and
+// retention may delete it. One transaction, so at most 99 holders.
+func (st *Store) NoteDownsampled(ctx context.Context, b Block, res int64, holders []Block, now time.Time) error {
+	if len(holders)+1 > maxTransactItems {
+		return fmt.Errorf("note %s downsampled: %d holders are more than one transaction holds", b.Key(), len(holders))
+	}
+	bg, it, err := blockWrite(protocol.NoteDownsampled, b, expect{}, now, "downsampled = :res, updatedAt = :now", "",
+		map[string]types.AttributeValue{":res": n(res), ":now": n(now.UnixMilli())})
+	if err != nil {
+		return err
+	}
+	var x tx
+	x.add(bg, it)
+	for _, h := range holders {
+		hg, err := guard(protocol.HolderCheck, subject{tenant: h.Tenant, block: h.ID}, expect{gen: h.Gen, now: now.UnixMilli()})
+		if err != nil {
+			return err
+		}
+		x.add(hg, hg.check(key(tenantPK(h.Tenant), blockSK(h.ID))))
+	}
+	return st.commit(ctx, "note "+b.Key()+" downsampled", x)
+}
+
+// PutStream writes a stream's record (a downsample's target stream, which
+// no upload registered): the same stream always has the same record, so
+// an unconditional put is idempotent.
+func (st *Store) PutStream(ctx context.Context, tenant string, sr StreamRecord) error {
+	sr.Tenant = tenant
+	it, err := marshalItem(&sr, tenantPK(tenant), streamSK(sr.ID))
+	if err != nil {
+		return err
+	}
+	return st.retry(ctx, "put stream "+sr.ID, func() error {
+		_, err := st.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(st.table), Item: it})
+		return err
+	})
+}
+
 // BlocksView reads what the cleaner's retention and metrics passes need
 // of every block of a tenant — state, gen, range, level, stream, claim,
 // publication, marks, arrival, its meta.json's version — and nothing else
@@ -418,7 +474,7 @@ func (st *Store) Expire(ctx context.Context, b Block, retireAt, now time.Time) (
 func (st *Store) BlocksView(ctx context.Context, tenant string) ([]Block, error) {
 	names := map[string]string{}
 	var projection []string
-	for i, a := range []string{"tenant", "id", "state", "gen", "minT", "maxT", "stream", "level", "claimedBy", "published", "noCompact", "arrived", "metaVid"} {
+	for i, a := range []string{"tenant", "id", "state", "gen", "minT", "maxT", "stream", "level", "claimedBy", "published", "noCompact", "arrived", "metaVid", "downsampled"} {
 		n := fmt.Sprintf("#a%d", i)
 		names[n] = a
 		projection = append(projection, n)

@@ -116,6 +116,8 @@ func guard(name protocol.Name, on subject, e expect) (guarded, error) {
 		case protocol.Compactable:
 			g.vals[":nc"] = &types.AttributeValueMemberBOOL{Value: true}
 			parts = append(parts, "(attribute_not_exists(noCompact) OR noCompact <> :nc)")
+		case protocol.Downsampled:
+			parts = append(parts, "attribute_exists(downsampled)")
 		case protocol.BelowMaxFailures:
 			g.vals[":max"] = n(int64(e.max))
 			parts = append(parts, "(attribute_not_exists(failures) OR failures < :max)")

@@ -89,6 +89,11 @@ type Block struct {
 	// MarkedAt is when the deletion mark was recorded (ms); the deletion
 	// delay runs from then.
 	MarkedAt int64 `dynamodbav:"markedAt,omitempty"`
+	// Downsampled is the resolution (ms) this block's downsample was
+	// published at, or found already held by blocks of that resolution; 0
+	// while none is. Retention never deletes a block that is due a
+	// downsample and lacks it (protocol.ExpireDownsampled).
+	Downsampled int64 `dynamodbav:"downsampled,omitempty"`
 	// Arrived is when the block was registered or committed (ms).
 	Arrived   int64 `dynamodbav:"arrived"`
 	UpdatedAt int64 `dynamodbav:"updatedAt"`

@@ -26,14 +26,35 @@ func TestExpiries(t *testing.T) {
 	retiring.State = protocol.BlockRetiring
 	noCompact := live("no-compact", "raw", 35*day)
 	noCompact.NoCompact = true
+	long := func(id string, downsampled int64) records.Block {
+		b := live(id, "raw", 40*day)
+		b.MinT, b.Downsampled = b.MaxT-(48*time.Hour).Milliseconds(), downsampled
+		return b
+	}
+	short := live("short", "raw", 40*day)
+	short.MinT = short.MaxT - (2 * time.Hour).Milliseconds()
+	fiveMinutes := int64(5 * 60 * 1000)
+	downsampleTo := func(res, minT, maxT int64) (int64, bool) {
+		return fiveMinutes, res == 0 && maxT-minT >= (40*time.Hour).Milliseconds()
+	}
 
 	tests := []struct {
 		name     string
 		r        config.Retention
 		blocks   []records.Block
+		to       DownsampleTo
+		wantHeld []string
 		wantDue  []string
 		wantNext string
 	}{
+		{
+			name:     "a block due a downsample waits for it",
+			r:        config.Retention{Raw: 30 * day},
+			blocks:   []records.Block{long("not-downsampled", 0), long("downsampled", fiveMinutes), short},
+			to:       downsampleTo,
+			wantDue:  []string{"downsampled", "short"},
+			wantHeld: []string{"not-downsampled"},
+		},
 		{name: "no retention keeps everything", blocks: []records.Block{live("a", "raw", 400*day)}},
 		{
 			name: "raw blocks past 30d, oldest first; the next is the youngest's",
@@ -62,10 +83,20 @@ func TestExpiries(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			due, next, ok := Expiries(tt.r, tt.blocks, res, now)
+			due, held, next, ok := Expiries(tt.r, tt.blocks, res, tt.to, now)
+			var heldIDs []string
+			for _, e := range held {
+				heldIDs = append(heldIDs, e.Block.ID)
+			}
+			if !slices.Equal(heldIDs, tt.wantHeld) {
+				t.Errorf("held = %v, want %v", heldIDs, tt.wantHeld)
+			}
 			var got []string
 			for _, e := range due {
 				got = append(got, e.Block.ID)
+				if want := tt.to != nil && e.Block.ID == "downsampled"; want != (e.Downsample > 0) {
+					t.Errorf("%s: expiry conditioned on its downsample: %v, want %v", e.Block.ID, e.Downsample > 0, want)
+				}
 				if e.At.After(now) {
 					t.Errorf("%s is due but its retention ends at %v, after now", e.Block.ID, e.At)
 				}

@@ -657,6 +657,8 @@ func (m *Monitor) held(req protocol.Require, r itemRef, c protocol.Change, pre p
 			return found && b.NoCompactMarkVersionID != ""
 		case protocol.Compactable:
 			return found && !b.NoCompact
+		case protocol.Downsampled:
+			return found && b.Downsampled > 0
 		}
 	}
 	return true // a requirement on values the change does not carry (the attempt limit): DynamoDB's to enforce

@@ -1,0 +1,285 @@
+package pipeline
+
+// Downsampling through the same fenced protocol as compaction: a version
+// over one block (and the downsampled blocks its output replaces), one job
+// that writes Thanos' aggregate chunks into the block's stream at the
+// coarser resolution, and a completion that keeps the block — raw data
+// stays until its own retention — and records that its downsample is
+// published, the one thing that lets retention delete it.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/sluice-dev/sluice/shared/blockmeta"
+	"github.com/sluice-dev/sluice/shared/blockstore"
+	"github.com/sluice-dev/sluice/shared/compaction"
+	"github.com/sluice-dev/sluice/shared/downsample"
+	"github.com/sluice-dev/sluice/shared/logattr"
+	"github.com/sluice-dev/sluice/shared/messages"
+	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/protocol"
+	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/stream"
+)
+
+// downsampleStream is the stream a downsample of a block of stream sr to
+// res writes: the same labels at the coarser resolution.
+func downsampleStream(sr records.StreamRecord, res int64) records.StreamRecord {
+	target := stream.Stream{Labels: sr.Labels, Resolution: res}
+	return records.StreamRecord{ID: target.ID(), Labels: sr.Labels, Resolution: res}
+}
+
+// downsampleDue is the resolution block b (of stream resolution res) is
+// to be downsampled to under pol, and false when it is not, or when its
+// downsample is recorded already.
+func downsampleDue(pol planning.Policy, b records.Block, res int64) (int64, bool) {
+	to, ok := pol.DownsampleTo(res, b.MinT, b.MaxT)
+	return to, ok && b.Downsampled < to
+}
+
+// downsampleBlocks reads what planning a downsample group needs: its
+// block and every block of the target stream registered in the ranges
+// the block's range falls in, each with its stream, resolution and
+// compaction sources; and the target stream's record.
+func (p Planner) downsampleBlocks(ctx context.Context, tenant string, g planning.GroupKey) ([]records.Block, []planning.Candidate, records.StreamRecord, error) {
+	var target records.StreamRecord
+	blocks, err := p.records().GetBlocks(ctx, tenant, []string{g.Block})
+	if err != nil || len(blocks) == 0 {
+		return nil, nil, target, err
+	}
+	src := blocks[0]
+	sr, ok, err := p.records().GetStream(ctx, tenant, src.Stream)
+	if err != nil {
+		return nil, nil, target, err
+	}
+	if !ok {
+		return nil, nil, target, fmt.Errorf("downsample of %s: stream %s has no record", src.Key(), src.Stream)
+	}
+	target = downsampleStream(sr, g.Resolution)
+	seen := map[string]bool{src.ID: true}
+	for _, r := range p.Config.Policy.MemberRanges(target.ID, src.Level, src.MinT, src.MaxT) {
+		in, err := p.records().RangeBlocks(ctx, tenant, r)
+		if err != nil {
+			return nil, nil, target, err
+		}
+		for _, b := range in {
+			if !seen[b.ID] {
+				seen[b.ID] = true
+				blocks = append(blocks, b)
+			}
+		}
+	}
+	cands := candidates(blocks)
+	byID := map[string]records.Block{}
+	for _, b := range blocks {
+		byID[b.ID] = b
+	}
+	for i := range cands {
+		b := byID[cands[i].ID]
+		cands[i].Stream, cands[i].Resolution = b.Stream, g.Resolution
+		if b.ID == src.ID {
+			cands[i].Resolution = sr.Resolution
+		}
+		if m, err := blockmeta.Parse([]byte(b.Meta), b.Key()); err == nil {
+			for _, id := range m.Compaction.Sources {
+				cands[i].Sources = append(cands[i].Sources, id.String())
+			}
+		}
+	}
+	return blocks, cands, target, nil
+}
+
+// noteDownsampled records that blocks of the target resolution already
+// hold every source of the group's block (Decision.DownsampledBy).
+func (p Planner) noteDownsampled(ctx context.Context, tenant string, g planning.GroupKey, blocks []records.Block, by []string) error {
+	var src records.Block
+	var holders []records.Block
+	for _, b := range blocks {
+		switch {
+		case b.ID == g.Block:
+			src = b
+		case slices.Contains(by, b.ID):
+			holders = append(holders, b)
+		}
+	}
+	err := p.records().NoteDownsampled(ctx, src, g.Resolution, holders, p.now())
+	if records.IsConditionLost(err) {
+		p.Logger.InfoContext(ctx, "noting a block downsampled already lost its condition; planned again when it changes", logattr.Group(tenant, g), "lost", err)
+		return nil
+	}
+	if err == nil {
+		p.Logger.InfoContext(ctx, "block downsampled already: blocks of the target resolution hold all its sources", logattr.Group(tenant, g), "by", by)
+	}
+	return err
+}
+
+// downsample runs a downsample version's one job: the index of its block
+// downloaded, its chunks streamed from S3, the downsampled block written
+// to scratch with its labels (without the replica labels) and uploaded.
+// A block with no float series gives an empty partition.
+func (c Compact) downsample(ctx context.Context, head records.Group, parts []int, srcs []records.Block, log jobLog) ([]records.Committed, error) {
+	i := slices.IndexFunc(srcs, func(b records.Block) bool { return b.ID == head.Key.Block })
+	if i < 0 || len(parts) != 1 || parts[0] != 0 {
+		return nil, fmt.Errorf("version %s: block %s is not among its sources, or partitions %v are not [0]", head.Ref(), head.Key.Block, parts)
+	}
+	src := srcs[i]
+	sr, ok, err := c.records().GetStream(ctx, head.Tenant, src.Stream)
+	if err != nil {
+		return nil, err
+	}
+	if !ok || src.Stream != head.Key.Stream {
+		return nil, jobError{fmt.Errorf("version %s: block %s is of stream %s, which has no record or is not the group's", head.Ref(), src.Key(), src.Stream)}
+	}
+	target := downsampleStream(sr, head.Key.Resolution)
+	scratch, err := os.MkdirTemp(c.Config.ScratchDir, "sluice-downsample-")
+	if err != nil {
+		return nil, fmt.Errorf("scratch dir: %w", err)
+	}
+	defer os.RemoveAll(scratch)
+	started := time.Now()
+	dirs, indexRead, err := c.download(ctx, head, parts, []records.Block{src}, scratch, log)
+	if err != nil {
+		return nil, err
+	}
+	chunks, err := newSourceChunks(c.S3, c.Config.Bucket, c.Config.Layout, []records.Block{src})
+	if err != nil {
+		return nil, err
+	}
+	br, err := compaction.OpenStreamed(ctx, c.Logger, dirs[0], downsample.NewPool(), chunks.open)
+	if err != nil {
+		return nil, jobError{err}
+	}
+	defer br.Close()
+	meta, err := blockmeta.Parse([]byte(src.Meta), src.Key())
+	if err != nil {
+		return nil, jobError{err}
+	}
+	if meta.Thanos == nil {
+		meta.Thanos = &blockmeta.Thanos{}
+	}
+	meta.Thanos.Labels = target.Labels
+	outID := outputULID(head, 0)
+	res, err := downsample.Block(ctx, c.Logger, br, meta, filepath.Join(scratch, "out"), outID, head.Key.Resolution)
+	if err != nil {
+		return nil, jobError{err}
+	}
+	if res.Meta.Stats.NumSeries == 0 {
+		log.InfoContext(ctx, "block holds no float series; nothing to downsample")
+		return []records.Committed{{Partition: 0}}, nil
+	}
+	files, err := blockmeta.GatherFiles(res.Dir)
+	if err != nil {
+		return nil, err
+	}
+	var rels []string
+	for _, f := range files {
+		if f.RelPath != blockmeta.MetaFilename {
+			rels = append(rels, f.RelPath)
+		}
+	}
+	res.Meta.Thanos.Files = files
+	k, err := c.Config.Layout.Block(head.Tenant, outID)
+	if err != nil {
+		return nil, err
+	}
+	up, err := blockstore.Upload(ctx, c.S3, c.Config.Bucket, k.BlockPrefix(), res.Dir, rels, c.uploadOptions())
+	if err != nil {
+		return nil, fmt.Errorf("upload %s: %w", k.BlockKey(), err)
+	}
+	body, err := res.Meta.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	if err := records.CheckMetaSize(body); err != nil {
+		return nil, jobError{fmt.Errorf("output %s: meta.json of %w", k.BlockKey(), err)}
+	}
+	now := c.now().UnixMilli()
+	out := &records.Block{
+		Tenant: head.Tenant, ID: outID.String(), Stream: target.ID, MinT: res.Meta.MinTime, MaxT: res.Meta.MaxTime, Level: src.Level,
+		State: protocol.BlockPending, Gen: 1, ProducedBy: protocol.PartitionRef{VersionRef: protocol.VersionRef{Tenant: head.Tenant, Group: head.Key, Version: head.Version}}.String(),
+		Meta: string(body), Series: res.Meta.Stats.NumSeries, Samples: res.Meta.Stats.NumSamples, UpdatedAt: now, Arrived: now,
+	}
+	var written uint64
+	for _, u := range up {
+		out.Files = append(out.Files, records.ObjectVersion{RelPath: u.RelPath, VersionID: u.VersionID, Size: u.Size, ETag: u.ETag, Checksum: u.Checksum})
+		if u.RelPath == blockmeta.IndexFilename {
+			out.IndexBytes = uint64(u.Size)
+		}
+		written += uint64(max(u.Size, 0))
+	}
+	streamed := chunks.stats()
+	took := time.Since(started)
+	log.InfoContext(ctx, "block downsampled and uploaded", "resolution", stream.ResolutionName(head.Key.Resolution), "series", res.Meta.Stats.NumSeries,
+		"rawSamples", res.RawSamples, "samplesPerSecond", uint64(float64(res.RawSamples)/max(took.Seconds(), 1e-3)),
+		"readBytes", indexRead+uint64(streamed.Bytes), "writtenBytes", written, "took", took.String())
+	return []records.Committed{{Partition: 0, Output: out}}, nil
+}
+
+// keepSource ends a downsample version's claim on its block once the
+// output is published: CLAIMED → LIVE with the downsample recorded
+// (records.KeepSource). A lost condition means a rival did it.
+func (c Cleaner) keepSource(ctx context.Context, head records.Group, b records.Block, now time.Time) error {
+	if err := c.step(ctx, "cleaner.before-keep", b.Key()); err != nil {
+		return err
+	}
+	if _, err := c.records().KeepSource(ctx, head.Ref(), b, head.Key.Resolution, now); err != nil && !records.IsConditionLost(err) {
+		return err
+	}
+	return nil
+}
+
+// planDownsamples asks the planner to look at what a retired version's
+// outputs lead to beyond its own group's parent: the downsample of every
+// output that is due one, and for a downsample version, the output's next
+// group in its own stream and its block's next group (which waited while
+// the block was claimed).
+func (c Cleaner) planDownsamples(ctx context.Context, head records.Group, outs []records.Block) error {
+	pol := c.overrides(ctx).Policy(head.Tenant, c.Config.Policy)
+	if !pol.Downsample {
+		return nil
+	}
+	why := "after " + head.Ref()
+	var reqs []messages.PlanRequest
+	resolution := map[string]int64{}
+	for _, b := range outs {
+		if b.State != protocol.BlockLive {
+			continue
+		}
+		res, ok := resolution[b.Stream]
+		if !ok {
+			sr, found, err := c.records().GetStream(ctx, head.Tenant, b.Stream)
+			if err != nil {
+				return err
+			}
+			if found {
+				res = sr.Resolution
+			}
+			resolution[b.Stream] = res
+		}
+		if to, due := downsampleDue(pol, b, res); due {
+			reqs = append(reqs, messages.PlanRequest{Tenant: head.Tenant, Group: planning.DownsampleKey(b.Stream, b.MinT, b.ID, to).String(), Why: why})
+		}
+		if head.Key.IsDownsample() {
+			if g, ok := pol.GroupFor(b.Stream, b.Level+1, b.MinT, b.MaxT); ok && b.Level < pol.TopLevel() {
+				reqs = append(reqs, messages.PlanRequest{Tenant: head.Tenant, Group: g.String(), Why: why})
+			}
+		}
+	}
+	if head.Key.IsDownsample() {
+		src, ok, err := c.records().GetBlock(ctx, head.Tenant, head.Key.Block)
+		if err != nil {
+			return err
+		}
+		if ok && src.Level < pol.TopLevel() {
+			if g, fits := pol.GroupFor(src.Stream, src.Level+1, src.MinT, src.MaxT); fits {
+				reqs = append(reqs, messages.PlanRequest{Tenant: head.Tenant, Group: g.String(), Why: why})
+			}
+		}
+	}
+	return c.Send.Plans(ctx, reqs)
+}
