@@ -264,8 +264,8 @@ func (c Cleaner) planDownsamples(ctx context.Context, head records.Group, outs [
 		if to, due := downsampleDue(pol, b, res); due {
 			reqs = append(reqs, messages.PlanRequest{Tenant: head.Tenant, Group: planning.DownsampleKey(b.Stream, b.MinT, b.ID, to).String(), Why: why})
 		}
-		if head.Key.IsDownsample() {
-			if g, ok := pol.GroupFor(b.Stream, b.Level+1, b.MinT, b.MaxT); ok && b.Level < pol.TopLevel() {
+		if head.Key.IsDownsample() && b.Level < pol.TopLevel() {
+			if g, ok := pol.GroupFor(b.Stream, b.Level+1, b.MinT, b.MaxT); ok {
 				reqs = append(reqs, messages.PlanRequest{Tenant: head.Tenant, Group: g.String(), Why: why})
 			}
 		}

@@ -1,0 +1,248 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/prometheus/prometheus/tsdb"
+
+	"github.com/sluice-dev/sluice/localstack/localrun"
+	"github.com/sluice-dev/sluice/shared/blockgen"
+	"github.com/sluice-dev/sluice/shared/blockmeta"
+	"github.com/sluice-dev/sluice/shared/cli"
+	"github.com/sluice-dev/sluice/shared/config"
+	"github.com/sluice-dev/sluice/shared/downsample"
+	"github.com/sluice-dev/sluice/shared/pipeline"
+	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/protocol"
+	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/tests/testworld"
+)
+
+// Downsampling end to end: four 2h blocks compact to an 8h top-level
+// block, which is downsampled to 5m by a version of its own. The 5m block
+// is published in the 5m stream, byte for byte what the downsample engine
+// writes from the raw block (the engine is held to the raw samples'
+// windows and to Thanos' bytes in shared/downsample); the raw block stays,
+// with its downsample recorded.
+//
+// Raw retention is shorter than the block's age, and a retention pass
+// runs while the downsample is not yet planned: the raw block is held, not
+// expired (Thanos #3716, #5664), and status counts it held. Once the
+// downsample is published the next pass expires it; the 5m block stays.
+func TestDownsamplingKeepsRawDataUntilItsDownsampleIsPublished(t *testing.T) {
+	t.Parallel()
+	steps := &testworld.Steps{}
+	w := testworld.New(t, testworld.Options{Pipeline: localrun.Options{Hook: steps.Hook}, Configure: func(c *config.Config) {
+		c.Policy.Ranges = []time.Duration{4 * time.Hour, 8 * time.Hour}
+		c.Policy.Downsample = true
+		c.Policy.DownsampleRawSpan = 6 * time.Hour
+		c.Retention.Raw = time.Since(day().Add(9 * time.Hour)) // the 8h block, ending at day()+8h, is past it
+		c.RetentionInterval = time.Hour                         // the test runs each pass itself
+	}})
+	ctx := context.Background()
+	// Every downsample planning waits at its version's creation until
+	// the gate opens (a retention pass asks for one too).
+	gate, reached := make(chan struct{}), make(chan struct{}, 1)
+	steps.Next = func(ctx context.Context, step pipeline.Step, subject string) error {
+		if step != "planner.before-create" || !strings.Contains(subject, "#d300000#") {
+			return nil
+		}
+		select {
+		case reached <- struct{}{}:
+		default:
+		}
+		select {
+		case <-gate:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	blocks := w.Generate(blockgen.Options{Tenant: "acme", Start: day(), Blocks: 4, Series: 25, SamplesPerSeries: 240, Seed: 81, ThanosFiles: true})
+	for _, b := range blocks {
+		w.Upload(ctx, "acme", b.Dir)
+	}
+	var topID atomic.Value // the top raw block's ULID, once known
+	settled := make(chan error, 1)
+	go func() {
+		settled <- w.Pipeline.Settle(ctx, 2*time.Second, settleTimeout, func(ctx context.Context) (bool, error) {
+			id, _ := topID.Load().(string)
+			if id == "" {
+				return false, nil
+			}
+			b, _, err := w.Store.GetBlock(ctx, "acme", id)
+			if err != nil || b.Downsampled != planning.Resolution5m || b.State != protocol.BlockLive {
+				return false, err
+			}
+			return w.Quiescent(ctx, "acme")
+		})
+	}()
+	select {
+	case <-reached:
+	case <-time.After(settleTimeout):
+		t.Fatal("no downsample was planned")
+	}
+
+	top := topRawBlock(ctx, t, w)
+	topID.Store(top.ID)
+	if top.Level != 2 || top.State != protocol.BlockLive || top.Downsampled != 0 {
+		t.Fatalf("top raw block %s: level %d, %s, downsampled %d; want level 2, LIVE, not downsampled", top.ID, top.Level, top.State, top.Downsampled)
+	}
+	rep, err := cli.GatherStatus(ctx, w.Store, w.Env.Clients.SQS, w.Config, cli.StatusOptions{Tenant: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := rep.Tenants[0].Retention; r == nil || r.HeldForDownsample != 1 || r.Due != 0 {
+		t.Errorf("status retention = %+v; want one block held for its downsample, none due", r)
+	}
+	// The pass holds the block, and asks for its downsample.
+	cleaner := pipeline.Cleaner{Deps: w.Pipeline.Deps}
+	if err := cleaner.Retention(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after, _, err := w.Store.GetBlock(ctx, "acme", top.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.State != protocol.BlockLive || after.Gen != top.Gen {
+		t.Fatalf("retention moved raw block %s to %s (gen %d → %d) before its downsample was published", top.ID, after.State, top.Gen, after.Gen)
+	}
+	close(gate)
+	if err := <-settled; err != nil {
+		t.Fatal(err)
+	}
+	fiveMin := downsampledOf(ctx, t, w, top)
+	if fiveMin.Level != top.Level || fiveMin.MinT != top.MinT || fiveMin.MaxT != top.MaxT {
+		t.Errorf("5m block %s: level %d [%d, %d); want the raw block's level %d [%d, %d)", fiveMin.ID, fiveMin.Level, fiveMin.MinT, fiveMin.MaxT, top.Level, top.MinT, top.MaxT)
+	}
+	sameBytesAsTheEngine(ctx, t, w, top, fiveMin)
+
+	if err := cleaner.Retention(ctx); err != nil {
+		t.Fatal(err)
+	}
+	settleUntil(t, w, func(ctx context.Context) (bool, error) {
+		b, _, err := w.Store.GetBlock(ctx, "acme", top.ID)
+		return b.State == protocol.BlockDeleted, err
+	}, "acme")
+	if b, _, err := w.Store.GetBlock(ctx, "acme", fiveMin.ID); err != nil || b.State != protocol.BlockLive {
+		t.Errorf("5m block %s is %s after raw retention (%v); want LIVE", fiveMin.ID, b.State, err)
+	}
+	for _, b := range blocks {
+		dropUpload(w, "acme", b)
+	}
+	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// topRawBlock is the tenant's one LIVE published raw block at the top level.
+func topRawBlock(ctx context.Context, t *testing.T, w *testworld.World) records.Block {
+	t.Helper()
+	var top []records.Block
+	for _, b := range w.Blocks(ctx, "acme") {
+		if b.Level == w.Config.Policy.TopLevel() && b.State == protocol.BlockLive && b.Published && !isDownsample(b) {
+			top = append(top, b)
+		}
+	}
+	if len(top) != 1 {
+		t.Fatalf("%d live top-level raw blocks, want 1: %+v", len(top), top)
+	}
+	return top[0]
+}
+
+func isDownsample(b records.Block) bool {
+	r, err := protocol.ParsePartitionRef(b.ProducedBy)
+	return err == nil && r.Group.IsDownsample()
+}
+
+// downsampledOf is the one LIVE published block a downsample of src made,
+// checked for what Thanos reads in its meta.json.
+func downsampledOf(ctx context.Context, t *testing.T, w *testworld.World, src records.Block) records.Block {
+	t.Helper()
+	var outs []records.Block
+	for _, b := range w.Blocks(ctx, "acme") {
+		if isDownsample(b) && b.State == protocol.BlockLive && b.Published {
+			outs = append(outs, b)
+		}
+	}
+	if len(outs) != 1 {
+		t.Fatalf("%d live downsampled blocks, want 1", len(outs))
+	}
+	out := outs[0]
+	if out.Stream == src.Stream {
+		t.Errorf("5m block %s is in the raw block's stream %s", out.ID, src.Stream)
+	}
+	m, err := blockmeta.Parse([]byte(out.Meta), out.Key())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm, err := blockmeta.Parse([]byte(src.Meta), src.Key())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Thanos == nil || m.Thanos.Downsample.Resolution != planning.Resolution5m {
+		t.Errorf("5m block %s meta.json: thanos %+v; want resolution %d", out.ID, m.Thanos, planning.Resolution5m)
+	}
+	if !slices.Equal(m.Compaction.Sources, sm.Compaction.Sources) || m.Compaction.Level != sm.Compaction.Level {
+		t.Errorf("5m block %s: sources %v level %d; want the raw block's %v level %d", out.ID, m.Compaction.Sources, m.Compaction.Level, sm.Compaction.Sources, sm.Compaction.Level)
+	}
+	return out
+}
+
+// sameBytesAsTheEngine downsamples the raw block, as downloaded, with the
+// engine on local disk and holds the pipeline's 5m block (whose chunks
+// the job streamed from S3) to it: the same index and chunk bytes.
+func sameBytesAsTheEngine(ctx context.Context, t *testing.T, w *testworld.World, raw, out records.Block) {
+	t.Helper()
+	dirs, err := w.DownloadBlocks(ctx, []records.Block{raw, out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := tsdb.OpenBlock(nil, dirs[0], downsample.NewPool(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	meta, err := blockmeta.ReadDir(dirs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta.Thanos.Labels = map[string]string{}
+	id, err := ulid.ParseStrict(out.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, err := downsample.Block(ctx, w.Env.Logger, src, meta, t.TempDir(), id, planning.Resolution5m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := blockmeta.GatherFiles(local.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if f.RelPath == blockmeta.MetaFilename {
+			continue
+		}
+		want, err := os.ReadFile(filepath.Join(local.Dir, f.RelPath))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(dirs[1], f.RelPath))
+		if err != nil {
+			t.Fatalf("the pipeline's 5m block lacks %s: %v", f.RelPath, err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s of the pipeline's 5m block differs from the engine's (%d vs %d bytes)", f.RelPath, len(got), len(want))
+		}
+	}
+}
