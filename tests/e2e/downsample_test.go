@@ -46,7 +46,7 @@ func TestDownsamplingKeepsRawDataUntilItsDownsampleIsPublished(t *testing.T) {
 		c.Policy.Downsample = true
 		c.Policy.DownsampleRawSpan = 6 * time.Hour
 		c.Retention.Raw = time.Since(day().Add(9 * time.Hour)) // the 8h block, ending at day()+8h, is past it
-		c.RetentionInterval = time.Hour                         // the test runs each pass itself
+		c.RetentionInterval = time.Hour                        // the test runs each pass itself
 	}})
 	ctx := context.Background()
 	// Every downsample planning waits at its version's creation until
