@@ -89,6 +89,7 @@ func (p Planner) downsampleBlocks(ctx context.Context, tenant string, g planning
 			for _, id := range m.Compaction.Sources {
 				cands[i].Sources = append(cands[i].Sources, id.String())
 			}
+			cands[i].Histograms = m.Stats.NumHistogramSamples > 0
 		}
 	}
 	return blocks, cands, target, nil
@@ -204,6 +205,10 @@ func (c Compact) downsample(ctx context.Context, head records.Group, parts []int
 		State: protocol.BlockPending, Gen: 1, ProducedBy: protocol.PartitionRef{VersionRef: protocol.VersionRef{Tenant: head.Tenant, Group: head.Key, Version: head.Version}}.String(),
 		Meta: string(body), Series: res.Meta.Stats.NumSeries, Samples: res.Meta.Stats.NumSamples, UpdatedAt: now, Arrived: now,
 	}
+	// A partition of a partitioned block holds only that partition's
+	// series: so does its downsample, which the target stream's
+	// compaction then reads as such.
+	out.PartitionCount, out.PartitionID = src.PartitionCount, src.PartitionID
 	var written uint64
 	for _, u := range up {
 		out.Files = append(out.Files, records.ObjectVersion{RelPath: u.RelPath, VersionID: u.VersionID, Size: u.Size, ETag: u.ETag, Checksum: u.Checksum})
@@ -235,9 +240,10 @@ func (c Cleaner) keepSource(ctx context.Context, head records.Group, b records.B
 
 // planDownsamples asks the planner to look at what a retired version's
 // outputs lead to beyond its own group's parent: the downsample of every
-// output that is due one, and for a downsample version, the output's next
-// group in its own stream and its block's next group (which waited while
-// the block was claimed).
+// output that is due one. A downsample version's group has no parent: it
+// asks for every range group its block, the blocks it retired and its
+// output are members of, in their own streams — a late block waited in
+// one of them while the version held its block.
 func (c Cleaner) planDownsamples(ctx context.Context, head records.Group, outs []records.Block) error {
 	pol := c.overrides(ctx).Policy(head.Tenant, c.Config.Policy)
 	if !pol.Downsample {
@@ -245,6 +251,9 @@ func (c Cleaner) planDownsamples(ctx context.Context, head records.Group, outs [
 	}
 	why := "after " + head.Ref()
 	var reqs []messages.PlanRequest
+	plan := func(g planning.GroupKey) {
+		reqs = append(reqs, messages.PlanRequest{Tenant: head.Tenant, Group: g.String(), Why: why})
+	}
 	resolution := map[string]int64{}
 	for _, b := range outs {
 		if b.State != protocol.BlockLive {
@@ -262,22 +271,17 @@ func (c Cleaner) planDownsamples(ctx context.Context, head records.Group, outs [
 			resolution[b.Stream] = res
 		}
 		if to, due := downsampleDue(pol, b, res); due {
-			reqs = append(reqs, messages.PlanRequest{Tenant: head.Tenant, Group: planning.DownsampleKey(b.Stream, b.MinT, b.ID, to).String(), Why: why})
-		}
-		if head.Key.IsDownsample() && b.Level < pol.TopLevel() {
-			if g, ok := pol.GroupFor(b.Stream, b.Level+1, b.MinT, b.MaxT); ok {
-				reqs = append(reqs, messages.PlanRequest{Tenant: head.Tenant, Group: g.String(), Why: why})
-			}
+			plan(planning.DownsampleKey(b.Stream, b.MinT, b.ID, to))
 		}
 	}
 	if head.Key.IsDownsample() {
-		src, ok, err := c.records().GetBlock(ctx, head.Tenant, head.Key.Block)
+		srcs, err := c.records().GetBlocks(ctx, head.Tenant, head.Sources)
 		if err != nil {
 			return err
 		}
-		if ok && src.Level < pol.TopLevel() {
-			if g, fits := pol.GroupFor(src.Stream, src.Level+1, src.MinT, src.MaxT); fits {
-				reqs = append(reqs, messages.PlanRequest{Tenant: head.Tenant, Group: g.String(), Why: why})
+		for _, b := range append(srcs, outs...) {
+			for _, g := range pol.MemberRanges(b.Stream, b.Level, b.MinT, b.MaxT) {
+				plan(g)
 			}
 		}
 	}

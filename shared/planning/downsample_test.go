@@ -69,6 +69,7 @@ func TestPlanDownsample(t *testing.T) {
 		{"source busy", []Candidate{busy(src)}, nil, nil, "busy with another group", true},
 		{"source too short", []Candidate{func() Candidate { c := src; c.MaxT = 24 * h; return c }()}, nil, nil, "not to be downsampled", false},
 		{"not registered", nil, nil, nil, "not registered", false},
+		{"native histograms", []Candidate{func() Candidate { c := src; c.Histograms = true; return c }()}, nil, nil, "native histograms", false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

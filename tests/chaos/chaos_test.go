@@ -146,6 +146,13 @@ func uncovered(results []result) []string {
 	if splits == 0 {
 		out = append(out, "no block was split on arrival: no split job ran")
 	}
+	downsamples := 0
+	for _, r := range results {
+		downsamples += r.downsamples
+	}
+	if downsamples == 0 {
+		out = append(out, "no block was downsampled: no downsample job ran")
+	}
 	return out
 }
 
@@ -159,8 +166,8 @@ type result struct {
 	blocks     int
 	requests   map[string]int // by service: DynamoDB, S3, SQS
 	// splits counts the versions of split groups (a block split on
-	// arrival) the seed created.
-	splits int
+	// arrival) the seed created, downsamples those of downsample groups.
+	splits, downsamples int
 }
 
 func replayCommand(seed int64) string {
@@ -258,6 +265,13 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 	if split {
 		maxSeries = 4
 	}
+	// A third of the others downsample (issue 13): every raw block of 3h
+	// or more (the 4h and 8h outputs) to 5m, and every such 5m block to
+	// 1h, each by a version of its own that keeps its block, beside the
+	// compaction of every stream: an 8h block's downsample then replaces
+	// (retires) its 4h halves' downsamples, or finds them compacted into
+	// one that holds its sources already.
+	downsampling := !split && rand.New(rand.NewPCG(uint64(seed), 0xd0b5)).IntN(3) == 0
 	w := testworld.New(t, testworld.Options{
 		Env:      []envtest.Option{envtest.WithLogLevel(slog.LevelInfo), envtest.WithEndpoint(emulator)},
 		Pipeline: localrun.Options{Now: clock.Now},
@@ -266,6 +280,10 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 			c.Policy.MaxSeriesPerPartition = maxSeries
 			if split {
 				c.Policy.SplitBytes = 1
+			}
+			if downsampling {
+				c.Policy.Downsample = true
+				c.Policy.DownsampleRawSpan, c.Policy.DownsampleFiveMinuteSpan = 3*time.Hour, 3*time.Hour
 			}
 			c.LeaseDuration, c.RedriveAfter, c.StuckAfter = leaseDuration, redriveAfter, stuckAfter
 			c.DeletionDelay, c.OrphanDelay = deletionDelay, orphanDelay
@@ -449,6 +467,9 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 			if g.Key.IsSplit() {
 				res.splits += int(g.Version)
 			}
+			if g.Key.IsDownsample() {
+				res.downsamples += int(g.Version)
+			}
 		}
 	}
 	res.faults = p.faults()
@@ -576,6 +597,14 @@ func report(results []result, failed []int64, wall time.Duration) string {
 		splits += r.splits
 	}
 	fmt.Fprintf(&b, "blocks split on arrival: %d split versions in %d seeds\n", splits, splitSeeds)
+	downsampleSeeds, downsamples := 0, 0
+	for _, r := range results {
+		if r.downsamples > 0 {
+			downsampleSeeds++
+		}
+		downsamples += r.downsamples
+	}
+	fmt.Fprintf(&b, "blocks downsampled: %d downsample versions in %d seeds\n", downsamples, downsampleSeeds)
 	fmt.Fprintf(&b, "faults injected: %d\n", nFaults)
 	for _, k := range sortedKeys(faults) {
 		fmt.Fprintf(&b, "  %6d  %s\n", faults[k], k)

@@ -271,12 +271,23 @@ func checkOverlap(tenant string, live []records.Block) error {
 			if a.NoCompact || b.NoCompact || a.Stream != b.Stream || a.MaxT <= b.MinT || b.MaxT <= a.MinT {
 				continue
 			}
-			if version(a) != version(b) {
+			if version(a) != version(b) && !disjointDownsamples(a, b) {
 				errs = append(errs, fmt.Errorf("I2 violated for %s: live blocks %s (%s) and %s (%s) overlap", tenant, a.ID, version(a), b.ID, version(b)))
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// disjointDownsamples reports the downsamples of two partitions of one
+// partition count: blocks of one range whose series cannot meet, as the
+// partitions they were made from.
+func disjointDownsamples(a, b records.Block) bool {
+	down := func(x records.Block) bool {
+		r, err := protocol.ParsePartitionRef(x.ProducedBy)
+		return err == nil && r.Group.IsDownsample()
+	}
+	return down(a) && down(b) && a.PartitionCount > 1 && a.PartitionCount == b.PartitionCount && a.PartitionID != b.PartitionID
 }
 
 // checkPublished is I3: the published meta.json exists, is the recorded
