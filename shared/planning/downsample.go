@@ -82,21 +82,27 @@ func (p Policy) planDownsample(g GroupKey, blocks []Candidate, now time.Time) De
 	if len(own) == 0 {
 		own = []string{src.ID}
 	}
+	// Partitions of one block share its compaction sources but not its
+	// series: a block of the target resolution holds src's data only if
+	// its series include src's (within), and is replaced by src's
+	// downsample only if src's include its own.
 	held := map[string]bool{}
 	var holders, overlapping []Candidate
 	for _, b := range blocks {
 		if b.Stream == src.Stream {
 			continue
 		}
-		shares := false
-		for _, s := range b.Sources {
-			held[s] = true
-			shares = shares || slices.Contains(own, s)
+		if within(src.PartitionCount, src.PartitionID, b.PartitionCount, b.PartitionID) {
+			shares := false
+			for _, s := range b.Sources {
+				held[s] = true
+				shares = shares || slices.Contains(own, s)
+			}
+			if shares {
+				holders = append(holders, b)
+			}
 		}
-		if shares {
-			holders = append(holders, b)
-		}
-		if b.MinT < src.MaxT && src.MinT < b.MaxT {
+		if b.MinT < src.MaxT && src.MinT < b.MaxT && Holds(b.PartitionCount, b.PartitionID, src.PartitionID, src.PartitionCount) {
 			overlapping = append(overlapping, b)
 		}
 	}
@@ -117,10 +123,12 @@ func (p Policy) planDownsample(g GroupKey, blocks []Candidate, now time.Time) De
 	}
 	srcs := []Candidate{src}
 	for _, b := range overlapping {
-		if slices.ContainsFunc(b.Sources, func(s string) bool { return !slices.Contains(own, s) }) {
-			// Downsampling would write a second block of b's range; b
-			// goes when a compaction of the raw range replaces src.
-			return Decision{Wait: "block " + src.ID + " overlaps downsampled block " + b.ID + ", which holds sources it does not"}
+		if slices.ContainsFunc(b.Sources, func(s string) bool { return !slices.Contains(own, s) }) ||
+			!within(b.PartitionCount, b.PartitionID, src.PartitionCount, src.PartitionID) {
+			// Downsampling would write a second block of some of b's
+			// series and range; b goes when a compaction of the raw
+			// range replaces src.
+			return Decision{Wait: "block " + src.ID + " overlaps downsampled block " + b.ID + ", which holds data it does not"}
 		}
 		if b.Busy || !b.Plannable {
 			return Decision{Wait: "downsampled block " + b.ID + " it replaces is busy", ClosesAt: recheck}
@@ -142,4 +150,18 @@ func (p Policy) EstimateDownsample(c Candidate) JobEstimate {
 	e := JobEstimate{Partitions: 1, Opened: 1, ReadBytes: size, OutputBytes: size / 2, ScratchBytes: c.IndexBytes + size/2, Series: c.Series}
 	e.Duration = time.Duration(float64(e.ReadBytes+e.OutputBytes) / float64(p.Throughput) * float64(time.Second))
 	return e
+}
+
+// within reports whether every series of partition p of n (n ≤ 1: every
+// series) is in partition q of c (c ≤ 1: every series). Partition q of c
+// holds the series whose hash % c == q, so with powers of two it holds
+// all of partition p of n exactly when c divides n and p % c == q.
+func within(n, p, c, q int) bool {
+	switch {
+	case c <= 1:
+		return true
+	case n <= 1 || !powerOfTwo(n) || !powerOfTwo(c) || n < c:
+		return false
+	}
+	return p%c == q
 }

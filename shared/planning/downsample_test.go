@@ -7,6 +7,21 @@ import (
 	"time"
 )
 
+func TestWithin(t *testing.T) {
+	cases := []struct {
+		n, p, c, q int
+		want       bool
+	}{
+		{0, 0, 0, 0, true}, {4, 1, 0, 0, true}, {0, 0, 2, 1, false},
+		{4, 3, 2, 1, true}, {4, 2, 2, 1, false}, {2, 1, 4, 1, false}, {4, 1, 4, 1, true}, {4, 1, 4, 2, false},
+	}
+	for _, tc := range cases {
+		if got := within(tc.n, tc.p, tc.c, tc.q); got != tc.want {
+			t.Errorf("within(%d of %d in %d of %d) = %v, want %v", tc.p, tc.n, tc.q, tc.c, got, tc.want)
+		}
+	}
+}
+
 func TestDownsampleTo(t *testing.T) {
 	on := Policy{Downsample: true}
 	h := int64(time.Hour / time.Millisecond)
@@ -51,6 +66,7 @@ func TestPlanDownsample(t *testing.T) {
 		return Candidate{ID: id, Stream: fm, Resolution: Resolution5m, MinT: 0, MaxT: 48 * h, Level: 2, Plannable: true, Sources: sources}
 	}
 	busy := func(c Candidate) Candidate { c.Busy, c.Plannable = true, false; return c }
+	part := func(c Candidate, n, p int) Candidate { c.PartitionCount, c.PartitionID = n, p; return c }
 	g := DownsampleKey(raw, 0, src.ID, Resolution5m)
 	cases := []struct {
 		name    string
@@ -64,11 +80,17 @@ func TestPlanDownsample(t *testing.T) {
 		{"already downsampled (Thanos did it)", []Candidate{src, down("D1", "S1", "S2"), down("D2", "S3")}, nil, []string{"D1", "D2"}, "already hold", false},
 		{"covered by a block being published", []Candidate{src, busy(down("D1", "S1", "S2", "S3"))}, nil, nil, "busy", true},
 		{"a late block joined: the old downsample is replaced", []Candidate{src, down("D1", "S1", "S2")}, []string{src.ID, "D1"}, nil, "", false},
-		{"overlapping downsample of other data", []Candidate{src, down("D1", "S1", "X")}, nil, nil, "holds sources it does not", false},
+		{"overlapping downsample of other data", []Candidate{src, down("D1", "S1", "X")}, nil, nil, "holds data it does not", false},
 		{"the block it replaces is busy", []Candidate{src, busy(down("D1", "S1"))}, nil, nil, "busy", true},
 		{"source busy", []Candidate{busy(src)}, nil, nil, "busy with another group", true},
 		{"source too short", []Candidate{func() Candidate { c := src; c.MaxT = 24 * h; return c }()}, nil, nil, "not to be downsampled", false},
 		{"not registered", nil, nil, nil, "not registered", false},
+		// Partitions share their block's sources, not its series.
+		{"a partition's downsample does not hold the block, which replaces it", []Candidate{src, part(down("D1", "S1", "S2", "S3"), 2, 0)}, []string{src.ID, "D1"}, nil, "", false},
+		{"a sibling partition's downsample is left alone", []Candidate{part(src, 2, 1), part(down("D1", "S1", "S2", "S3"), 2, 0)}, []string{src.ID}, nil, "", false},
+		{"the same partition's downsample holds it", []Candidate{part(src, 2, 1), part(down("D1", "S1", "S2", "S3"), 2, 1)}, nil, []string{"D1"}, "already hold", false},
+		{"a finer partition's earlier downsample is replaced", []Candidate{part(src, 2, 1), part(down("D1", "S1"), 4, 3)}, []string{src.ID, "D1"}, nil, "", false},
+		{"an unpartitioned downsample holds a partition", []Candidate{part(src, 4, 2), down("D1", "S1", "S2", "S3")}, nil, []string{"D1"}, "already hold", false},
 		{"native histograms", []Candidate{func() Candidate { c := src; c.Histograms = true; return c }()}, nil, nil, "native histograms", false},
 	}
 	for _, tc := range cases {
