@@ -125,6 +125,14 @@ func TestDownsamplingKeepsRawDataUntilItsDownsampleIsPublished(t *testing.T) {
 		t.Errorf("5m block %s: level %d [%d, %d); want the raw block's level %d [%d, %d)", fiveMin.ID, fiveMin.Level, fiveMin.MinT, fiveMin.MaxT, top.Level, top.MinT, top.MaxT)
 	}
 	sameBytesAsTheEngine(ctx, t, w, top, fiveMin)
+	// Every window of every series against the raw samples, while the
+	// raw block is there to compare to.
+	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if w.ChecksMade()[testworld.CheckDownsampled] == 0 {
+		t.Fatal("the downsampled block was not held to the raw samples")
+	}
 
 	if err := cleaner.Retention(ctx); err != nil {
 		t.Fatal(err)

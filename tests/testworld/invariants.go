@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -62,6 +63,7 @@ func (w *World) CheckQuiescent(ctx context.Context, tenants ...string) error {
 			}
 		}
 		errs = append(errs, w.checkSamples(ctx, tenant, rawOnly(live), kept))
+		errs = append(errs, w.checkDownsampled(ctx, tenant, live))
 		errs = append(errs, w.checkQuarantine(ctx, tenant, blocks))
 		errs = append(errs, checkOverlap(tenant, live))
 		for _, b := range live {
@@ -101,11 +103,12 @@ const (
 	CheckPublishedAtRest = "I3 published files exist (per live block)"
 	CheckNoOrphans       = "I4 no orphans, no delete markers (per check)"
 	CheckNoRefusals      = "AWS limits: no request AWS would refuse (per check)"
+	CheckDownsampled     = "I1 downsampled blocks hold the raw samples' aggregates (per tenant with some)"
 )
 
 // QuiescentChecks lists every check CheckQuiescent makes.
 func QuiescentChecks() []string {
-	return []string{CheckSamples, CheckQuarantined, CheckNoOverlap, CheckPublishedAtRest, CheckNoOrphans, CheckNoRefusals}
+	return []string{CheckSamples, CheckQuarantined, CheckNoOverlap, CheckPublishedAtRest, CheckNoOrphans, CheckNoRefusals, CheckDownsampled}
 }
 
 // made counts checks CheckQuiescent is making.
@@ -277,6 +280,31 @@ func checkOverlap(tenant string, live []records.Block) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkDownsampled holds the live outputs of downsample versions to the
+// live raw blocks (equiv.CheckDownsampled): every window of every series,
+// across the time they cover.
+func (w *World) checkDownsampled(ctx context.Context, tenant string, live []records.Block) error {
+	raw := rawOnly(live)
+	var down []records.Block
+	for _, b := range live {
+		if !slices.ContainsFunc(raw, func(r records.Block) bool { return r.ID == b.ID }) {
+			down = append(down, b)
+		}
+	}
+	if len(down) == 0 {
+		return nil
+	}
+	w.made(CheckDownsampled)
+	dirs, err := w.DownloadBlocks(ctx, append(raw, down...))
+	if err != nil {
+		return err
+	}
+	if err := equiv.CheckDownsampled(ctx, dirs[:len(raw)], dirs[len(raw):], w.Config.ReplicaLabels); err != nil {
+		return fmt.Errorf("I1 violated for %s: downsampled blocks: %w", tenant, err)
+	}
+	return nil
 }
 
 // disjointDownsamples reports the downsamples of two partitions of one

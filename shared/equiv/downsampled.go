@@ -1,0 +1,246 @@
+package equiv
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/value"
+	"github.com/prometheus/prometheus/tsdb"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
+	"github.com/prometheus/prometheus/tsdb/chunks"
+	"github.com/prometheus/prometheus/tsdb/index"
+
+	"github.com/sluice-dev/sluice/shared/blockmeta"
+	"github.com/sluice-dev/sluice/shared/downsample"
+	"github.com/sluice-dev/sluice/shared/stream"
+)
+
+// CheckDownsampled holds downsampled blocks to the raw samples they were
+// made from: for every stream at a resolution, every series and every
+// window of that resolution inside the time its downsampled blocks cover,
+// the count, sum, min and max the downsampled blocks give together must be
+// what the raw blocks' float samples give (replicas' duplicate samples
+// counted once). A series or window missing from the downsampled blocks, one
+// they hold twice (a replaced downsample still live beside its
+// replacement), or an aggregate that differs is an error naming it. Raw
+// blocks are read with the standard pool, downsampled ones with
+// downsample.NewPool.
+//
+// Only downsampled blocks whose whole range the raw blocks still cover are
+// checked: raw data that its retention deleted has nothing to compare to.
+func CheckDownsampled(ctx context.Context, raw, down, replicaLabels []string) error {
+	rawRanges := map[string][][2]int64{} // raw stream ID → the raw blocks' ranges
+	for _, dir := range raw {
+		m, err := blockmeta.ReadDir(dir)
+		if err != nil {
+			return err
+		}
+		if st := stream.Of(m, replicaLabels); st.Resolution == 0 {
+			rawRanges[st.ID()] = append(rawRanges[st.ID()], [2]int64{m.MinTime, m.MaxTime})
+		}
+	}
+	type key struct {
+		stream string // the raw stream's ID
+		series string
+	}
+	type cover struct{ minT, maxT int64 }
+	res := map[string]int64{}       // raw stream ID → the resolution its downsampled blocks are at (one each)
+	covered := map[string][]cover{} // raw stream ID → time the downsampled blocks cover
+	got := map[key]map[int64]downsample.Window{}
+	for _, dir := range down {
+		m, err := blockmeta.ReadDir(dir)
+		if err != nil {
+			return err
+		}
+		st := stream.Of(m, replicaLabels)
+		rawStream := stream.Stream{Labels: st.Labels}.ID()
+		if !coveredBy(rawRanges[rawStream], m.MinTime, m.MaxTime) {
+			continue
+		}
+		rawID := rawStream + fmt.Sprintf("@%d", st.Resolution)
+		res[rawID] = st.Resolution
+		covered[rawID] = append(covered[rawID], cover{m.MinTime, m.MaxTime})
+		err = eachSeries(ctx, dir, downsample.NewPool(), func(lset labels.Labels, chks []chunks.Meta) error {
+			ws, err := downsample.Windows(chks, st.Resolution)
+			if err != nil {
+				return fmt.Errorf("%s: series %s: %w", dir, lset, err)
+			}
+			k := key{rawID, lset.String()}
+			if got[k] == nil {
+				got[k] = map[int64]downsample.Window{}
+			}
+			for _, w := range ws {
+				if _, dup := got[k][w.End]; dup {
+					return fmt.Errorf("stream %s: series %s: the window ending %d is in two downsampled blocks", st, lset, w.End)
+				}
+				got[k][w.End] = w
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if len(got) == 0 {
+		return nil
+	}
+	samples := map[key]map[int64]float64{} // raw samples by timestamp (replicas' once)
+	for _, dir := range raw {
+		m, err := blockmeta.ReadDir(dir)
+		if err != nil {
+			return err
+		}
+		st := stream.Of(m, replicaLabels)
+		if st.Resolution != 0 {
+			continue
+		}
+		err = eachSeries(ctx, dir, nil, func(lset labels.Labels, chks []chunks.Meta) error {
+			var it chunkenc.Iterator
+			for _, c := range chks {
+				it = c.Chunk.Iterator(it)
+				for vt := it.Next(); vt != chunkenc.ValNone; vt = it.Next() {
+					if vt != chunkenc.ValFloat {
+						return nil // native histograms are not downsampled
+					}
+					t, v := it.At()
+					if value.IsStaleNaN(v) {
+						continue // a staleness marker is no sample to downsample
+					}
+					for r := range res {
+						if r[:stream.IDLength] != st.ID() {
+							continue
+						}
+						k := key{r, lset.String()}
+						if samples[k] == nil {
+							samples[k] = map[int64]float64{}
+						}
+						samples[k][t] = v
+					}
+				}
+				if err := it.Err(); err != nil {
+					return fmt.Errorf("%s: series %s: %w", dir, lset, err)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	want := map[key]map[int64]downsample.Window{}
+	for k, ss := range samples {
+		r := res[k.stream]
+		for t, v := range ss {
+			in := false
+			for _, c := range covered[k.stream] {
+				in = in || (t >= c.minT && t < c.maxT)
+			}
+			if !in {
+				continue
+			}
+			if want[k] == nil {
+				want[k] = map[int64]downsample.Window{}
+			}
+			end := t - t%r + r - 1
+			w, ok := want[k][end]
+			if !ok {
+				w = downsample.Window{End: end, Min: v, Max: v}
+			}
+			w.Count++
+			w.Sum += v
+			w.Min, w.Max = math.Min(w.Min, v), math.Max(w.Max, v)
+			want[k][end] = w
+		}
+	}
+	for k, ws := range want {
+		for end, w := range ws {
+			g, ok := got[k][end]
+			switch {
+			case !ok:
+				return fmt.Errorf("stream %s: series %s: the window ending %d (%v raw samples) is in no downsampled block", k.stream, k.series, end, w.Count)
+			case g.Count != w.Count || !near(g.Sum, w.Sum) || g.Min != w.Min || g.Max != w.Max:
+				return fmt.Errorf("stream %s: series %s: the window ending %d holds count %v sum %v min %v max %v; the raw samples give %v, %v, %v, %v",
+					k.stream, k.series, end, g.Count, g.Sum, g.Min, g.Max, w.Count, w.Sum, w.Min, w.Max)
+			}
+		}
+	}
+	for k, ws := range got {
+		ends := make([]int64, 0, len(ws))
+		for end := range ws {
+			if _, ok := want[k][end]; !ok {
+				ends = append(ends, end)
+			}
+		}
+		if len(ends) > 0 {
+			sort.Slice(ends, func(i, j int) bool { return ends[i] < ends[j] })
+			return fmt.Errorf("stream %s: series %s: %d downsampled windows (the first ending %d) have no raw samples", k.stream, k.series, len(ends), ends[0])
+		}
+	}
+	return nil
+}
+
+// coveredBy reports whether the ranges cover [minT, maxT) whole.
+func coveredBy(ranges [][2]int64, minT, maxT int64) bool {
+	sort.Slice(ranges, func(i, j int) bool { return ranges[i][0] < ranges[j][0] })
+	at := minT
+	for _, r := range ranges {
+		if r[0] > at {
+			break
+		}
+		at = max(at, r[1])
+	}
+	return at >= maxT
+}
+
+func near(a, b float64) bool {
+	return a == b || math.Abs(a-b) <= 1e-9*max(math.Abs(a), math.Abs(b))
+}
+
+// eachSeries calls fn with every series of the block in dir and its
+// chunks, read with pool (nil: Prometheus' own).
+func eachSeries(ctx context.Context, dir string, pool chunkenc.Pool, fn func(labels.Labels, []chunks.Meta) error) error {
+	b, err := tsdb.OpenBlock(nil, dir, pool, nil)
+	if err != nil {
+		return fmt.Errorf("open block %s: %w", dir, err)
+	}
+	defer b.Close()
+	ir, err := b.Index()
+	if err != nil {
+		return err
+	}
+	defer ir.Close()
+	cr, err := b.Chunks()
+	if err != nil {
+		return err
+	}
+	defer cr.Close()
+	k, v := index.AllPostingsKey()
+	p, err := ir.Postings(ctx, k, v)
+	if err != nil {
+		return err
+	}
+	var builder labels.ScratchBuilder
+	var metas []chunks.Meta
+	for p.Next() {
+		if err := ir.Series(p.At(), &builder, &metas); err != nil {
+			return fmt.Errorf("%s: %w", dir, err)
+		}
+		lset := builder.Labels()
+		chks := make([]chunks.Meta, 0, len(metas))
+		for _, m := range metas {
+			c, _, err := cr.ChunkOrIterable(m)
+			if err != nil {
+				return fmt.Errorf("%s: series %s: %w", dir, lset, err)
+			}
+			m.Chunk = c
+			chks = append(chks, m)
+		}
+		if err := fn(lset, chks); err != nil {
+			return err
+		}
+	}
+	return p.Err()
+}
