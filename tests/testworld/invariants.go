@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/equiv"
 	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/stream"
 )
 
 // Live lists a tenant's published LIVE blocks: what a reader queries.
@@ -62,8 +62,8 @@ func (w *World) CheckQuiescent(ctx context.Context, tenants ...string) error {
 				kept = append(kept, b)
 			}
 		}
-		errs = append(errs, w.checkSamples(ctx, tenant, rawOnly(live), kept))
-		errs = append(errs, w.checkDownsampled(ctx, tenant, live))
+		raw, made, err := w.uploadedStreams(ctx, tenant, live)
+		errs = append(errs, err, w.checkSamples(ctx, tenant, raw, kept), w.checkDownsampled(ctx, tenant, raw, made))
 		errs = append(errs, w.checkQuarantine(ctx, tenant, blocks))
 		errs = append(errs, checkOverlap(tenant, live))
 		for _, b := range live {
@@ -216,19 +216,37 @@ func (w *World) checkSamples(ctx context.Context, tenant string, live, kept []re
 	return nil
 }
 
-// rawOnly drops the outputs of downsample versions from live: I1 holds
-// the samples of the live blocks to the uploads; a downsample's
-// aggregates are held to the samples it was made from by the downsample
-// tests (shared/downsample, tests/e2e).
-func rawOnly(live []records.Block) []records.Block {
-	var out []records.Block
-	for _, b := range live {
-		if r, err := protocol.ParsePartitionRef(b.ProducedBy); err == nil && r.Group.IsDownsample() {
-			continue
+// uploadedStreams splits live blocks into those of the streams the
+// tenant's uploads are in — I1 holds their samples to the uploads — and
+// those of the streams Sluice's downsampling made (whatever made each
+// block in them since: a downsample, or a compaction of downsamples),
+// which hold aggregates and are held to the raw samples instead
+// (checkDownsampled).
+func (w *World) uploadedStreams(ctx context.Context, tenant string, live []records.Block) (uploaded, made []records.Block, err error) {
+	streams := map[string]bool{}
+	for _, dir := range w.Uploaded[tenant] {
+		m, err := blockmeta.ReadDir(dir)
+		if err != nil {
+			return nil, nil, err
 		}
-		out = append(out, b)
+		streams[stream.Of(m, w.Config.ReplicaLabels).ID()] = true
 	}
-	return out
+	srs, err := w.Store.TenantStreams(ctx, tenant)
+	if err != nil {
+		return nil, nil, err
+	}
+	res := map[string]int64{}
+	for _, sr := range srs {
+		res[sr.ID] = sr.Resolution
+	}
+	for _, b := range live {
+		if streams[b.Stream] || res[b.Stream] == 0 {
+			uploaded = append(uploaded, b)
+		} else {
+			made = append(made, b)
+		}
+	}
+	return uploaded, made, nil
 }
 
 // DownloadBlocks downloads blocks by their recorded VersionIds into fresh
@@ -282,17 +300,10 @@ func checkOverlap(tenant string, live []records.Block) error {
 	return errors.Join(errs...)
 }
 
-// checkDownsampled holds the live outputs of downsample versions to the
-// live raw blocks (equiv.CheckDownsampled): every window of every series,
+// checkDownsampled holds the live blocks of the streams downsampling made
+// to the live blocks of the uploaded ones (equiv.CheckDownsampled): every window of every series,
 // across the time they cover.
-func (w *World) checkDownsampled(ctx context.Context, tenant string, live []records.Block) error {
-	raw := rawOnly(live)
-	var down []records.Block
-	for _, b := range live {
-		if !slices.ContainsFunc(raw, func(r records.Block) bool { return r.ID == b.ID }) {
-			down = append(down, b)
-		}
-	}
+func (w *World) checkDownsampled(ctx context.Context, tenant string, raw, down []records.Block) error {
 	if len(down) == 0 {
 		return nil
 	}
