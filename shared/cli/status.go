@@ -26,6 +26,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/retention"
 	"github.com/sluice-dev/sluice/shared/s3errors"
 	"github.com/sluice-dev/sluice/shared/spec"
+	"github.com/sluice-dev/sluice/shared/stream"
 )
 
 func init() {
@@ -298,7 +299,11 @@ type GroupStatus struct {
 	RangeStart int64  `json:"rangeStart"`
 	RangeEnd   int64  `json:"rangeEnd"`
 	// Split is the block a split group splits ("" for a range's group).
-	Split      string `json:"split,omitempty"`
+	Split string `json:"split,omitempty"`
+	// Downsample is the block a downsample group downsamples, and To the
+	// resolution it writes ("5m", "1h").
+	Downsample string `json:"downsample,omitempty"`
+	To         string `json:"to,omitempty"`
 	Version    int64  `json:"version"`
 	State      string `json:"state"`
 	Partitions int    `json:"partitions"`
@@ -583,6 +588,9 @@ func tenantStatus(ctx context.Context, st *records.Store, pol planning.Policy, t
 		}
 		if g.Key.IsSplit() {
 			gs.Split, gs.RangeEnd = g.Key.Block, g.Key.RangeStart+pol.Slot.Milliseconds()
+		}
+		if g.Key.IsDownsample() {
+			gs.Downsample, gs.To, gs.RangeEnd = g.Key.Block, stream.ResolutionName(g.Key.Resolution), g.Key.RangeStart+pol.Slot.Milliseconds()
 		}
 		if g.State.Unfinished() || allGroups {
 			parts, err := st.Partitions(ctx, tenant, g.Key, g.Version)

@@ -117,6 +117,9 @@ func (t TenantStatus) view(now time.Time) tenantView {
 		if g.Split != "" {
 			name = "split " + g.Split
 		}
+		if g.Downsample != "" {
+			name = "downsample " + g.Downsample + " to " + g.To
+		}
 		gv := groupView{Key: g.Group, Name: name, Range: groupRange(g), State: g.State, Progress: partitionProgress(g),
 			Updated: humanDuration(now.Sub(time.UnixMilli(g.Updated))) + " ago", LastError: g.LastError, Version: g.Version,
 			Sources: g.Sources, Failures: g.Failures}

@@ -110,6 +110,9 @@ func (t TenantStatus) render(w io.Writer, now time.Time, allGroups bool) {
 			if g.Split != "" {
 				name = "split " + g.Split
 			}
+			if g.Downsample != "" {
+				name = "downsample " + g.Downsample + " to " + g.To
+			}
 			if withStreams {
 				name += " " + g.Stream
 			}

@@ -133,6 +133,15 @@ func TestDownsamplingKeepsRawDataUntilItsDownsampleIsPublished(t *testing.T) {
 	if w.ChecksMade()[testworld.CheckDownsampled] == 0 {
 		t.Fatal("the downsampled block was not held to the raw samples")
 	}
+	rep, err = cli.GatherStatus(ctx, w.Store, w.Env.Clients.SQS, w.Config, cli.StatusOptions{Tenant: "acme", AllGroups: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(rep.Tenants[0].Groups, func(g cli.GroupStatus) bool {
+		return g.Downsample == top.ID && g.To == "5m" && g.State == string(protocol.GroupRetired)
+	}) {
+		t.Errorf("status shows no retired downsample of %s to 5m: %+v", top.ID, rep.Tenants[0].Groups)
+	}
 
 	if err := cleaner.Retention(ctx); err != nil {
 		t.Fatal(err)
