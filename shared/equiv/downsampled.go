@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"sort"
 
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/value"
@@ -18,37 +17,27 @@ import (
 	"github.com/sluice-dev/sluice/shared/stream"
 )
 
-// CheckDownsampled holds downsampled blocks to the raw samples they were
-// made from: for every stream at a resolution, every series and every
-// window of that resolution inside the time its downsampled blocks cover,
-// the count, sum, min and max the downsampled blocks give together must be
-// what the raw blocks' float samples give (replicas' duplicate samples
-// counted once). A series or window missing from the downsampled blocks, one
-// they hold twice (a replaced downsample still live beside its
+// CheckDownsampled holds downsampled blocks to raw blocks whose downsample
+// is published: for every series of the raw blocks, and every window of the
+// resolution of each downsampled stream of theirs, the count, sum, min and
+// max the downsampled blocks give together must be what the raw blocks'
+// float samples give (replicas' duplicate samples counted once; staleness
+// markers are no samples). A window missing from the downsampled blocks,
+// one they hold twice (a replaced downsample still live beside its
 // replacement), or an aggregate that differs is an error naming it. Raw
 // blocks are read with the standard pool, downsampled ones with
 // downsample.NewPool.
 //
-// Only downsampled blocks whose whole range the raw blocks still cover are
-// checked: raw data that its retention deleted has nothing to compare to.
+// Only the raw blocks given are compared: a raw block whose downsample is
+// still to come (waiting for a block another version holds, or for the
+// next level to merge a late block) is left out by the caller, and so are
+// the windows only it would fill.
 func CheckDownsampled(ctx context.Context, raw, down, replicaLabels []string) error {
-	rawRanges := map[string][][2]int64{} // raw stream ID → the raw blocks' ranges
-	for _, dir := range raw {
-		m, err := blockmeta.ReadDir(dir)
-		if err != nil {
-			return err
-		}
-		if st := stream.Of(m, replicaLabels); st.Resolution == 0 {
-			rawRanges[st.ID()] = append(rawRanges[st.ID()], [2]int64{m.MinTime, m.MaxTime})
-		}
-	}
 	type key struct {
 		stream string // the raw stream's ID
 		series string
 	}
-	type cover struct{ minT, maxT int64 }
-	res := map[string]int64{}       // raw stream ID → the resolution its downsampled blocks are at (one each)
-	covered := map[string][]cover{} // raw stream ID → time the downsampled blocks cover
+	res := map[string]int64{} // raw stream ID → the resolution its downsampled blocks are at (one each)
 	got := map[key]map[int64]downsample.Window{}
 	for _, dir := range down {
 		m, err := blockmeta.ReadDir(dir)
@@ -56,13 +45,8 @@ func CheckDownsampled(ctx context.Context, raw, down, replicaLabels []string) er
 			return err
 		}
 		st := stream.Of(m, replicaLabels)
-		rawStream := stream.Stream{Labels: st.Labels}.ID()
-		if !coveredBy(rawRanges[rawStream], m.MinTime, m.MaxTime) {
-			continue
-		}
-		rawID := rawStream + fmt.Sprintf("@%d", st.Resolution)
+		rawID := stream.Stream{Labels: st.Labels}.ID() + fmt.Sprintf("@%d", st.Resolution)
 		res[rawID] = st.Resolution
-		covered[rawID] = append(covered[rawID], cover{m.MinTime, m.MaxTime})
 		err = eachSeries(ctx, dir, downsample.NewPool(), func(lset labels.Labels, chks []chunks.Meta) error {
 			ws, err := downsample.Windows(chks, st.Resolution)
 			if err != nil {
@@ -83,9 +67,6 @@ func CheckDownsampled(ctx context.Context, raw, down, replicaLabels []string) er
 		if err != nil {
 			return err
 		}
-	}
-	if len(got) == 0 {
-		return nil
 	}
 	samples := map[key]map[int64]float64{} // raw samples by timestamp (replicas' once)
 	for _, dir := range raw {
@@ -134,13 +115,6 @@ func CheckDownsampled(ctx context.Context, raw, down, replicaLabels []string) er
 	for k, ss := range samples {
 		r := res[k.stream]
 		for t, v := range ss {
-			in := false
-			for _, c := range covered[k.stream] {
-				in = in || (t >= c.minT && t < c.maxT)
-			}
-			if !in {
-				continue
-			}
 			if want[k] == nil {
 				want[k] = map[int64]downsample.Window{}
 			}
@@ -167,32 +141,7 @@ func CheckDownsampled(ctx context.Context, raw, down, replicaLabels []string) er
 			}
 		}
 	}
-	for k, ws := range got {
-		ends := make([]int64, 0, len(ws))
-		for end := range ws {
-			if _, ok := want[k][end]; !ok {
-				ends = append(ends, end)
-			}
-		}
-		if len(ends) > 0 {
-			sort.Slice(ends, func(i, j int) bool { return ends[i] < ends[j] })
-			return fmt.Errorf("stream %s: series %s: %d downsampled windows (the first ending %d) have no raw samples", k.stream, k.series, len(ends), ends[0])
-		}
-	}
 	return nil
-}
-
-// coveredBy reports whether the ranges cover [minT, maxT) whole.
-func coveredBy(ranges [][2]int64, minT, maxT int64) bool {
-	sort.Slice(ranges, func(i, j int) bool { return ranges[i][0] < ranges[j][0] })
-	at := minT
-	for _, r := range ranges {
-		if r[0] > at {
-			break
-		}
-		at = max(at, r[1])
-	}
-	return at >= maxT
 }
 
 func near(a, b float64) bool {
