@@ -314,11 +314,7 @@ func (c Cleaner) finishRetired(ctx context.Context, head records.Group, parts []
 	if err := c.replan(ctx, head); err != nil {
 		return err
 	}
-	outs, err := c.outputs(ctx, head, parts)
-	if err != nil {
-		return err
-	}
-	if err := c.planDownsamples(ctx, head, outs); err != nil {
+	if err := c.planDownsamples(ctx, head, parts); err != nil {
 		return err
 	}
 	if err := c.records().FinishVersion(ctx, head, c.now().Add(c.Config.OrphanDelay)); err != nil && !records.IsConditionLost(err) {

@@ -244,10 +244,14 @@ func (c Cleaner) keepSource(ctx context.Context, head records.Group, b records.B
 // asks for every range group its block, the blocks it retired and its
 // output are members of, in their own streams — a late block waited in
 // one of them while the version held its block.
-func (c Cleaner) planDownsamples(ctx context.Context, head records.Group, outs []records.Block) error {
+func (c Cleaner) planDownsamples(ctx context.Context, head records.Group, parts []records.Partition) error {
 	pol := c.overrides(ctx).Policy(head.Tenant, c.Config.Policy)
 	if !pol.Downsample {
-		return nil
+		return nil // and reads nothing: the request budget of a bucket that does not downsample stays as it was
+	}
+	outs, err := c.outputs(ctx, head, parts)
+	if err != nil {
+		return err
 	}
 	why := "after " + head.Ref()
 	var reqs []messages.PlanRequest
