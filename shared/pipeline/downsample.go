@@ -110,7 +110,7 @@ func (p Planner) noteDownsampled(ctx context.Context, tenant string, g planning.
 	}
 	err := p.records().NoteDownsampled(ctx, src, g.Resolution, holders, p.now())
 	if records.IsConditionLost(err) {
-		p.Logger.InfoContext(ctx, "noting a block downsampled already lost its condition; planned again when it changes", logattr.Group(tenant, g), "lost", err)
+		p.Logger.InfoContext(ctx, "noting a block downsampled already lost its condition; the retention pass asks again while it holds the block", logattr.Group(tenant, g), "lost", err)
 		return nil
 	}
 	if err == nil {
