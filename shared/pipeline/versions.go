@@ -83,6 +83,22 @@ func (d *Deps) replan(ctx context.Context, head records.Group) error {
 	if parent, ok := d.Config.Policy.Parent(head.Key); ok {
 		reqs = append(reqs, messages.PlanRequest{Tenant: head.Tenant, Group: parent.String(), Why: "after " + head.Ref()})
 	}
+	if head.Key.IsDownsample() {
+		// A downsample's group has no parent, but the range groups its
+		// sources are members of may have waited while it held them
+		// (chaos seed 151: a late block's version, superseded, re-planned
+		// while the downsample held the block, which its own supersession
+		// then released with nobody to look again).
+		srcs, err := d.versionRecords().GetBlocks(ctx, head.Tenant, head.Sources)
+		if err != nil {
+			return err
+		}
+		for _, b := range srcs {
+			for _, g := range d.Config.Policy.MemberRanges(b.Stream, b.Level, b.MinT, b.MaxT) {
+				reqs = append(reqs, messages.PlanRequest{Tenant: head.Tenant, Group: g.String(), Why: "after " + head.Ref()})
+			}
+		}
+	}
 	return d.Send.Plans(ctx, reqs)
 }
 
