@@ -11,14 +11,14 @@
 // proven against it by make thanos-downsample-check, which builds Thanos
 // in a module of its own.
 //
-// Native histogram series are refused with an error naming the series;
-// only float series are downsampled.
+// Native histogram series are downsampled as Thanos downsamples them (see
+// histogram.go): count, sum and counter, the last two as float histogram
+// chunks.
 package downsample
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -27,6 +27,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/value"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
@@ -35,10 +36,6 @@ import (
 
 	"github.com/sluice-dev/sluice/shared/blockmeta"
 )
-
-// ErrHistogram is returned for a block holding native histogram samples,
-// which this package does not downsample yet.
-var ErrHistogram = errors.New("native histogram samples cannot be downsampled yet")
 
 // Result is what Block wrote.
 type Result struct {
@@ -149,12 +146,13 @@ func writeSeries(ctx context.Context, logger *slog.Logger, src tsdb.BlockReader,
 		return 0, fmt.Errorf("postings: %w", err)
 	}
 	var (
-		lb      labels.ScratchBuilder
-		in, out []chunks.Meta
-		samples []sample
-		ref     storage.SeriesRef
-		n       int
-		started = time.Now()
+		lb       labels.ScratchBuilder
+		in, out  []chunks.Meta
+		samples  []sample
+		hsamples []hsample
+		ref      storage.SeriesRef
+		n        int
+		started  = time.Now()
 	)
 	for p.Next() {
 		if n%1024 == 0 {
@@ -178,14 +176,11 @@ func writeSeries(ctx context.Context, logger *slog.Logger, src tsdb.BlockReader,
 			in[i].Chunk = c
 		}
 		if from == 0 {
-			samples = samples[:0]
-			for _, c := range in {
-				if samples, err = floats(c.Chunk, samples); err != nil {
-					return raw, fmt.Errorf("series %s: %w", lset, err)
-				}
+			var n int
+			if out, n, err = fromRawChunks(in, res, &samples, &hsamples); err != nil {
+				return raw, fmt.Errorf("series %s: %w", lset, err)
 			}
-			raw += uint64(len(samples))
-			out = fromRaw(samples, res)
+			raw += uint64(n)
 		} else {
 			for _, c := range in {
 				raw += uint64(c.Chunk.NumSamples())
@@ -209,7 +204,11 @@ func writeSeries(ctx context.Context, logger *slog.Logger, src tsdb.BlockReader,
 		for _, c := range out {
 			w := uint64(c.Chunk.NumSamples())
 			stats.NumSamples += w
-			stats.NumFloatSamples += w
+			if isHistogramAggr(*c.Chunk.(*AggrChunk)) {
+				stats.NumHistogramSamples += w
+			} else {
+				stats.NumFloatSamples += w
+			}
 		}
 		if n%progressEvery == 0 {
 			logger.InfoContext(ctx, "downsampling", "block", srcID.String(), "series", n, "rawSamples", raw, "took", time.Since(started).String())
@@ -226,19 +225,70 @@ func writeSeries(ctx context.Context, logger *slog.Logger, src tsdb.BlockReader,
 	return raw, iw.Close()
 }
 
-// floats appends the float samples of a raw chunk to dst; a histogram
-// sample is ErrHistogram.
+// fromRawChunks downsamples one raw series to res, each run of float
+// chunks and each run of histogram chunks on its own (as Thanos cuts a
+// series that changes kind). It returns the output chunks and the number of
+// raw samples read (staleness markers too); fbuf and hbuf are scratch.
+func fromRawChunks(in []chunks.Meta, res int64, fbuf *[]sample, hbuf *[]hsample) (out []chunks.Meta, n int, err error) {
+	flush := func(hist bool) error {
+		if hist {
+			c, err := histogramsFromRaw(*hbuf, res)
+			if err != nil {
+				return err
+			}
+			out = append(out, c...)
+			*hbuf = (*hbuf)[:0]
+			return nil
+		}
+		out = append(out, fromRaw(*fbuf, res)...)
+		*fbuf = (*fbuf)[:0]
+		return nil
+	}
+	*fbuf, *hbuf = (*fbuf)[:0], (*hbuf)[:0]
+	prev := false
+	for i, c := range in {
+		hist := isHistogramEncoding(c.Chunk.Encoding())
+		if i > 0 && hist != prev {
+			if err := flush(prev); err != nil {
+				return nil, n, err
+			}
+		}
+		prev = hist
+		n += c.Chunk.NumSamples()
+		if hist {
+			*hbuf, err = histograms(c.Chunk, *hbuf)
+		} else {
+			*fbuf, err = floats(c.Chunk, *fbuf)
+		}
+		if err != nil {
+			return nil, n, fmt.Errorf("chunk %d: %w", c.Ref, err)
+		}
+	}
+	if err := flush(prev); err != nil {
+		return nil, n, err
+	}
+	return out, n, nil
+}
+
+// floats appends the float samples of a raw chunk to dst, leaving out
+// stale markers and any sample earlier than the one before it in the chunk
+// (as Thanos reads them).
 func floats(c chunkenc.Chunk, dst []sample) ([]sample, error) {
 	it := c.Iterator(nil)
+	var lastT int64
 	for {
 		switch it.Next() {
 		case chunkenc.ValNone:
 			return dst, it.Err()
 		case chunkenc.ValFloat:
 			t, v := it.At()
+			if value.IsStaleNaN(v) || t < lastT {
+				continue
+			}
 			dst = append(dst, sample{t, v})
+			lastT = t
 		default:
-			return dst, ErrHistogram
+			return dst, fmt.Errorf("a histogram sample in a %s chunk", c.Encoding())
 		}
 	}
 }

@@ -230,21 +230,18 @@ func TestWindowsMatchTheRawSamples(t *testing.T) {
 	}
 }
 
-// TestRefusals: a histogram series, a resolution that is not coarser, and
-// nothing left behind by either.
+// TestRefusals: a resolution that is not coarser is refused, and nothing
+// is left behind.
 func TestRefusals(t *testing.T) {
 	start := time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
 	dir := t.TempDir()
-	src, m := raw(t, filepath.Join(dir, "raw"), testSeries(start)[:2], true)
+	src, m := raw(t, filepath.Join(dir, "raw"), testSeries(start)[:2], false)
 	b, err := tsdb.OpenBlock(nil, src, downsample.NewPool(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
 	out := filepath.Join(dir, "out")
-	if _, err := downsample.Block(context.Background(), nopLogger(), b, m, out, ulid.Make(), downsample.Res5m); !errors.Is(err, downsample.ErrHistogram) {
-		t.Errorf("a histogram series: err %v, want ErrHistogram", err)
-	}
 	m.Thanos.Downsample.Resolution = downsample.Res1h
 	if _, err := downsample.Block(context.Background(), nopLogger(), b, m, out, ulid.Make(), downsample.Res5m); err == nil {
 		t.Error("downsampling a 1h block to 5m succeeded")

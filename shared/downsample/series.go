@@ -189,19 +189,42 @@ func fromRaw(data []sample, res int64) []chunks.Meta {
 // fromAggregates downsamples a series of aggregate chunks at inRes to res.
 // Batches follow the input's chunk boundaries (a chunk's counter holds the
 // series' true first and last raw values, which must survive), so a window
-// may be split between two output chunks; a reader sums such windows.
+// may be split between two output chunks; a reader sums such windows. A
+// series that changed between floats and histograms is downsampled run by
+// run of chunks of one kind.
 func fromAggregates(chks []chunks.Meta, inRes, res int64) ([]chunks.Meta, error) {
 	if len(chks) == 0 {
 		return nil, nil
 	}
 	aggrs := make([]AggrChunk, len(chks))
-	n := 0
 	for i, c := range chks {
 		ac, ok := c.Chunk.(*AggrChunk)
 		if !ok {
 			return nil, fmt.Errorf("chunk %d of %d is %s, not an aggregate chunk, in a block at resolution %d", i, len(chks), c.Chunk.Encoding(), inRes)
 		}
 		aggrs[i] = *ac
+	}
+	var out []chunks.Meta
+	for start := 0; start < len(aggrs); {
+		hist := isHistogramAggr(aggrs[start])
+		end := start + 1
+		for end < len(aggrs) && isHistogramAggr(aggrs[end]) == hist {
+			end++
+		}
+		run, err := fromAggregateRun(chks[start:end], aggrs[start:end], hist, inRes, res)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, run...)
+		start = end
+	}
+	return out, nil
+}
+
+// fromAggregateRun downsamples a run of aggregate chunks of one kind.
+func fromAggregateRun(chks []chunks.Meta, aggrs []AggrChunk, hist bool, inRes, res int64) ([]chunks.Meta, error) {
+	n := 0
+	for _, ac := range aggrs {
 		n += ac.NumSamples()
 	}
 	k := chunkCount(chks[0].MinTime, chks[len(chks)-1].MaxTime, inRes, res, n)
@@ -210,7 +233,15 @@ func fromAggregates(chks []chunks.Meta, inRes, res int64) ([]chunks.Meta, error)
 	var buf []sample
 	for len(aggrs) > 0 {
 		j := min(size, len(aggrs))
-		m, err := aggregateBatch(aggrs[:j], res, &buf)
+		var (
+			m   chunks.Meta
+			err error
+		)
+		if hist {
+			m, err = histogramAggregateBatch(aggrs[:j], res)
+		} else {
+			m, err = aggregateBatch(aggrs[:j], res, &buf)
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -1,8 +1,11 @@
 package downsample
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 
+	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/tsdb/chunks"
 )
 
@@ -15,6 +18,10 @@ type Window struct {
 	// first value plus every increase since, a reset counting its new
 	// value as increase.
 	Counter float64
+	// Histograms is the sum of the window's native histograms, for a
+	// window of a histogram series (Count is then their number; Sum,
+	// Min, Max and Counter are not set).
+	Histograms *histogram.FloatHistogram
 }
 
 // Windows reads the aggregate chunks of one series back into windows of
@@ -22,13 +29,17 @@ type Window struct {
 // resolution up, where chunks follow the input's boundaries) is merged as
 // a reader merges it: counts and sums add, min and max keep theirs.
 func Windows(chks []chunks.Meta, res int64) ([]Window, error) {
-	aggrs := make([]AggrChunk, len(chks))
+	var aggrs, hists []AggrChunk
 	for i, c := range chks {
 		ac, ok := c.Chunk.(*AggrChunk)
 		if !ok {
 			return nil, fmt.Errorf("chunk %d is %s, not an aggregate chunk", i, c.Chunk.Encoding())
 		}
-		aggrs[i] = *ac
+		if isHistogramAggr(*ac) {
+			hists = append(hists, *ac)
+		} else {
+			aggrs = append(aggrs, *ac)
+		}
 	}
 	var ws []Window
 	at := map[int64]int{}
@@ -79,5 +90,25 @@ func Windows(chks []chunks.Meta, res int64) ([]Window, error) {
 	for _, x := range cs {
 		get(x.t).Counter = x.v
 	}
+	counts, err := expand(hists, Count, nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, x := range counts {
+		get(x.t).Count += x.v
+	}
+	sums, err := expandHistograms(hists, Sum)
+	if err != nil {
+		return nil, err
+	}
+	for _, x := range sums {
+		w := get(x.t)
+		if w.Histograms == nil {
+			w.Histograms = x.fh.Copy()
+		} else if _, _, _, err := w.Histograms.Add(x.fh); err != nil {
+			return nil, fmt.Errorf("window ending %d: %w", w.End, err)
+		}
+	}
+	slices.SortFunc(ws, func(a, b Window) int { return cmp.Compare(a.End, b.End) })
 	return ws, nil
 }

@@ -205,7 +205,7 @@ func compare(sluiceDir, thanosDir string, res int64) error {
 	if len(got) != len(want) {
 		return fmt.Errorf("%d series, thanos has %d", len(got), len(want))
 	}
-	chunksSeen, windows := 0, 0
+	chunksSeen, windows, histograms := 0, 0, 0
 	for i := range got {
 		g, w := got[i], want[i]
 		if !labels.Equal(g.lset, w.lset) {
@@ -222,6 +222,9 @@ func compare(sluiceDir, thanosDir string, res int64) error {
 			gac := gc.Chunk.(*downsample.AggrChunk)
 			for a := downsample.AggrCount; a <= downsample.AggrCounter; a++ {
 				gs, gerr := samples(gac, a)
+				if a == downsample.AggrCounter && len(gs) > 0 && gs[0].h != "" {
+					histograms++
+				}
 				ws, werr := samples(wc.Chunk.(*downsample.AggrChunk), a)
 				if (gerr == nil) != (werr == nil) || len(gs) != len(ws) {
 					return fmt.Errorf("%s chunk %d %s: thanos decodes %d samples (err %v) from sluice's, %d (err %v) from its own", g.lset, j, a, len(gs), gerr, len(ws), werr)
@@ -241,16 +244,18 @@ func compare(sluiceDir, thanosDir string, res int64) error {
 			chunksSeen++
 		}
 	}
-	fmt.Printf("resolution %d ms: %d series, %d chunks, %d windows: byte-identical to thanos' own downsample, decoded by thanos' AggrChunk\n", res, len(got), chunksSeen, windows)
+	fmt.Printf("resolution %d ms: %d series, %d chunks (%d of native histograms), %d windows: byte-identical to thanos' own downsample, decoded by thanos' AggrChunk\n", res, len(got), chunksSeen, histograms, windows)
 	return nil
 }
 
 type point struct {
 	t int64
 	v float64
+	h string // a float histogram, as text
 }
 
-// samples decodes one aggregate with Thanos' own AggrChunk.
+// samples decodes one aggregate with Thanos' own AggrChunk: floats, or
+// the float histograms of a native histogram series' sum and counter.
 func samples(c *downsample.AggrChunk, a downsample.AggrType) ([]point, error) {
 	x, err := c.Get(a)
 	if errors.Is(err, downsample.ErrAggrNotExist) {
@@ -261,9 +266,15 @@ func samples(c *downsample.AggrChunk, a downsample.AggrType) ([]point, error) {
 	}
 	var out []point
 	it := x.Iterator(nil)
-	for it.Next() == chunkenc.ValFloat {
-		t, v := it.At()
-		out = append(out, point{t, v})
+	for vt := it.Next(); vt != chunkenc.ValNone; vt = it.Next() {
+		switch vt {
+		case chunkenc.ValFloat:
+			t, v := it.At()
+			out = append(out, point{t: t, v: v})
+		case chunkenc.ValFloatHistogram, chunkenc.ValHistogram:
+			t, fh := it.AtFloatHistogram(nil)
+			out = append(out, point{t: t, h: fmt.Sprintf("%s hint=%d", fh, fh.CounterResetHint)})
+		}
 	}
 	return out, it.Err()
 }

@@ -21,11 +21,14 @@ import (
 	"github.com/sluice-dev/sluice/shared/blockmeta"
 )
 
-// Series is one series: its samples as written.
+// Series is one series: its samples as written. Sample i is a histogram
+// where H[i] (or FH[i], a float histogram) is set, else the float Vs[i].
 type Series struct {
 	Labels labels.Labels
 	Ts     []int64
 	Vs     []float64
+	H      []*histogram.Histogram
+	FH     []*histogram.FloatHistogram
 }
 
 // Options shape the series.
@@ -38,6 +41,10 @@ type Options struct {
 	Counters int
 	// Seed makes the samples deterministic.
 	Seed uint64
+	// Histograms adds native histogram series of every shape (see
+	// histogramSeries), with a random source of their own: the float
+	// series stay as they are without them.
+	Histograms bool
 }
 
 // Make returns series of every shape: counters with occasional resets at
@@ -108,6 +115,9 @@ func Make(o Options) []Series {
 	}
 	once := add("build_info", "version", "1.0")
 	once.Ts, once.Vs = []int64{start + span/2}, []float64{1}
+	if o.Histograms {
+		out = append(out, histogramSeries(start, span, rand.New(rand.NewPCG(o.Seed, 13)))...)
+	}
 	return out
 }
 
@@ -125,7 +135,16 @@ func Write(ctx context.Context, dir string, series []Series, histogramToo bool) 
 	app := w.Appender(ctx)
 	for _, s := range series {
 		for i, ts := range s.Ts {
-			if _, err := app.Append(0, s.Labels, ts, s.Vs[i]); err != nil {
+			var err error
+			switch {
+			case i < len(s.H) && s.H[i] != nil:
+				_, err = app.AppendHistogram(0, s.Labels, ts, s.H[i], nil)
+			case i < len(s.FH) && s.FH[i] != nil:
+				_, err = app.AppendHistogram(0, s.Labels, ts, nil, s.FH[i])
+			default:
+				_, err = app.Append(0, s.Labels, ts, s.Vs[i])
+			}
+			if err != nil {
 				return "", nil, fmt.Errorf("%s at %d: %w", s.Labels, ts, err)
 			}
 		}
@@ -164,7 +183,8 @@ func Golden() Options {
 	return Options{
 		Start:    time.Date(2025, 3, 1, 0, 0, 7, 0, time.UTC).UnixMilli(),
 		Span:     48 * time.Hour,
-		Counters: 4,
-		Seed:     42,
+		Counters:   4,
+		Seed:       42,
+		Histograms: true,
 	}
 }

@@ -43,7 +43,7 @@ func main() {
 		log.Fatal(err)
 	}
 	shapes, m, err := downsampletest.Write(ctx, filepath.Join(*out, "shapes"),
-		downsampletest.Make(downsampletest.Options{Start: start.UnixMilli() + 7, Span: 48 * time.Hour, Counters: 200, Seed: 3}), false)
+		downsampletest.Make(downsampletest.Options{Start: start.UnixMilli() + 7, Span: 48 * time.Hour, Counters: 200, Seed: 3, Histograms: true}), false)
 	if err != nil {
 		log.Fatal(err)
 	}
