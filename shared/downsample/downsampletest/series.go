@@ -181,8 +181,8 @@ func Write(ctx context.Context, dir string, series []Series, histogramToo bool) 
 // own downsampling of this block) both build it from these options.
 func Golden() Options {
 	return Options{
-		Start:    time.Date(2025, 3, 1, 0, 0, 7, 0, time.UTC).UnixMilli(),
-		Span:     48 * time.Hour,
+		Start:      time.Date(2025, 3, 1, 0, 0, 7, 0, time.UTC).UnixMilli(),
+		Span:       48 * time.Hour,
 		Counters:   4,
 		Seed:       42,
 		Histograms: true,
