@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/value"
 	"github.com/prometheus/prometheus/tsdb"
@@ -21,7 +22,8 @@ import (
 // is published: for every series of the raw blocks, and every window of the
 // resolution of each downsampled stream of theirs, the count, sum, min and
 // max the downsampled blocks give together must be what the raw blocks'
-// float samples give (replicas' duplicate samples counted once; staleness
+// float samples give, and for native histograms the number of histograms
+// and their sum (replicas' duplicate samples counted once; staleness
 // markers are no samples). A window missing from the downsampled blocks,
 // one they hold twice (a replaced downsample still live beside its
 // replacement), or an aggregate that differs is an error naming it. Raw
@@ -68,7 +70,8 @@ func CheckDownsampled(ctx context.Context, raw, down, replicaLabels []string) er
 			return err
 		}
 	}
-	samples := map[key]map[int64]float64{} // raw samples by timestamp (replicas' once)
+	samples := map[key]map[int64]float64{}                      // raw samples by timestamp (replicas' once)
+	histograms := map[key]map[int64]*histogram.FloatHistogram{} // likewise, native histograms
 	for _, dir := range raw {
 		m, err := blockmeta.ReadDir(dir)
 		if err != nil {
@@ -83,10 +86,17 @@ func CheckDownsampled(ctx context.Context, raw, down, replicaLabels []string) er
 			for _, c := range chks {
 				it = c.Chunk.Iterator(it)
 				for vt := it.Next(); vt != chunkenc.ValNone; vt = it.Next() {
-					if vt != chunkenc.ValFloat {
-						return nil // native histograms are not downsampled
+					var (
+						t  int64
+						v  float64
+						fh *histogram.FloatHistogram
+					)
+					if vt == chunkenc.ValFloat {
+						t, v = it.At()
+					} else {
+						t, fh = it.AtFloatHistogram(nil)
+						v = fh.Sum
 					}
-					t, v := it.At()
 					if value.IsStaleNaN(v) {
 						continue // a staleness marker is no sample to downsample
 					}
@@ -95,6 +105,13 @@ func CheckDownsampled(ctx context.Context, raw, down, replicaLabels []string) er
 							continue
 						}
 						k := key{r, lset.String()}
+						if fh != nil {
+							if histograms[k] == nil {
+								histograms[k] = map[int64]*histogram.FloatHistogram{}
+							}
+							histograms[k][t] = fh
+							continue
+						}
 						if samples[k] == nil {
 							samples[k] = map[int64]float64{}
 						}
@@ -129,12 +146,35 @@ func CheckDownsampled(ctx context.Context, raw, down, replicaLabels []string) er
 			want[k][end] = w
 		}
 	}
+	for k, hs := range histograms {
+		r := res[k.stream]
+		for t, fh := range hs {
+			if want[k] == nil {
+				want[k] = map[int64]downsample.Window{}
+			}
+			end := t - t%r + r - 1
+			w := want[k][end]
+			w.End = end
+			w.Count++
+			if w.Histograms == nil {
+				w.Histograms = fh.Copy()
+			} else if _, _, _, err := w.Histograms.Add(fh); err != nil {
+				return fmt.Errorf("stream %s: series %s: the raw histograms of the window ending %d do not add up: %w", k.stream, k.series, end, err)
+			}
+			want[k][end] = w
+		}
+	}
 	for k, ws := range want {
 		for end, w := range ws {
 			g, ok := got[k][end]
 			switch {
 			case !ok:
 				return fmt.Errorf("stream %s: series %s: the window ending %d (%v raw samples) is in no downsampled block", k.stream, k.series, end, w.Count)
+			case w.Histograms != nil:
+				if g.Count != w.Count || g.Histograms == nil || !near(g.Histograms.Count, w.Histograms.Count) || !near(g.Histograms.Sum, w.Histograms.Sum) {
+					return fmt.Errorf("stream %s: series %s: the window ending %d holds %v histograms summing to %v; the raw histograms give %v summing to %v",
+						k.stream, k.series, end, g.Count, g.Histograms, w.Count, w.Histograms)
+				}
 			case g.Count != w.Count || !near(g.Sum, w.Sum) || g.Min != w.Min || g.Max != w.Max:
 				return fmt.Errorf("stream %s: series %s: the window ending %d holds count %v sum %v min %v max %v; the raw samples give %v, %v, %v, %v",
 					k.stream, k.series, end, g.Count, g.Sum, g.Min, g.Max, w.Count, w.Sum, w.Min, w.Max)

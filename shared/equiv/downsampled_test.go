@@ -16,15 +16,24 @@ import (
 )
 
 // CheckDownsampled passes a block downsampled from the raw block it is
-// given, and fails it against raw samples with one value changed, and when
-// it is given twice.
+// given (native histograms among its series), and fails it against raw
+// samples with one float value changed, against raw samples with one
+// histogram changed, and when it is given twice.
 func TestCheckDownsampled(t *testing.T) {
 	ctx := context.Background()
 	start := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
-	write := func(changed bool) string {
-		series := downsampletest.Make(downsampletest.Options{Start: start, Span: 8 * time.Hour, Counters: 12, Seed: 1})
+	write := func(changed, histogramChanged bool) string {
+		series := downsampletest.Make(downsampletest.Options{Start: start, Span: 8 * time.Hour, Counters: 12, Seed: 1, Histograms: true})
 		if changed {
 			series[0].Vs[len(series[0].Vs)/2] += 0.5
+		}
+		if histogramChanged {
+			for _, s := range series {
+				if i := len(s.FH) / 2; i > 0 && s.FH[i] != nil {
+					s.FH[i] = s.FH[i].Copy().Mul(2)
+					break
+				}
+			}
 		}
 		dir, _, err := downsampletest.Write(ctx, t.TempDir(), series, false)
 		if err != nil {
@@ -32,7 +41,7 @@ func TestCheckDownsampled(t *testing.T) {
 		}
 		return dir
 	}
-	raw, other := write(false), write(true)
+	raw, other, otherHistogram := write(false, false), write(true, false), write(false, true)
 	b, err := tsdb.OpenBlock(nil, raw, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -55,6 +64,7 @@ func TestCheckDownsampled(t *testing.T) {
 		want      string
 	}{
 		{"other raw samples", []string{other}, []string{res.Dir}, "the raw samples give"},
+		{"another histogram", []string{otherHistogram}, []string{res.Dir}, "the raw histograms give"},
 		{"given twice", []string{raw}, []string{res.Dir, res.Dir}, "in two downsampled blocks"},
 	} {
 		err := CheckDownsampled(ctx, tc.raw, tc.down, nil)

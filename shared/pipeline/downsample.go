@@ -89,7 +89,6 @@ func (p Planner) downsampleBlocks(ctx context.Context, tenant string, g planning
 			for _, id := range m.Compaction.Sources {
 				cands[i].Sources = append(cands[i].Sources, id.String())
 			}
-			cands[i].Histograms = m.Stats.NumHistogramSamples > 0
 		}
 	}
 	return blocks, cands, target, nil

@@ -74,10 +74,6 @@ func (p Policy) planDownsample(g GroupKey, blocks []Candidate, now time.Time) De
 	if to, ok := p.DownsampleTo(src.Resolution, src.MinT, src.MaxT); !ok || to != g.Resolution {
 		return Decision{Wait: "block " + src.ID + " is not to be downsampled to this resolution"}
 	}
-	if src.Histograms {
-		// Not claimed, so its range compacts on; retention holds it.
-		return Decision{Wait: "block " + src.ID + " holds native histograms, which are not downsampled yet"}
-	}
 	own := src.Sources
 	if len(own) == 0 {
 		own = []string{src.ID}

@@ -91,7 +91,6 @@ func TestPlanDownsample(t *testing.T) {
 		{"the same partition's downsample holds it", []Candidate{part(src, 2, 1), part(down("D1", "S1", "S2", "S3"), 2, 1)}, nil, []string{"D1"}, "already hold", false},
 		{"a finer partition's earlier downsample is replaced", []Candidate{part(src, 2, 1), part(down("D1", "S1"), 4, 3)}, []string{src.ID, "D1"}, nil, "", false},
 		{"an unpartitioned downsample holds a partition", []Candidate{part(src, 4, 2), down("D1", "S1", "S2", "S3")}, nil, []string{"D1"}, "already hold", false},
-		{"native histograms", []Candidate{func() Candidate { c := src; c.Histograms = true; return c }()}, nil, nil, "native histograms", false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

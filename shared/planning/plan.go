@@ -35,9 +35,6 @@ type Candidate struct {
 	Stream     string
 	Resolution int64
 	Sources    []string
-	// Histograms: the block holds native histogram samples (its
-	// meta.json's stats say so), which are not downsampled yet.
-	Histograms bool
 }
 
 // Decision is the outcome of planning one group.

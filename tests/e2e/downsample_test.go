@@ -27,12 +27,12 @@ import (
 	"github.com/sluice-dev/sluice/tests/testworld"
 )
 
-// Downsampling end to end: four 2h blocks compact to an 8h top-level
-// block, which is downsampled to 5m by a version of its own. The 5m block
-// is published in the 5m stream, byte for byte what the downsample engine
-// writes from the raw block (the engine is held to the raw samples'
-// windows and to Thanos' bytes in shared/downsample); the raw block stays,
-// with its downsample recorded.
+// Downsampling end to end: four 2h blocks (native histograms among their
+// series) compact to an 8h top-level block, which is downsampled to 5m by
+// a version of its own. The 5m block is published in the 5m stream, byte
+// for byte what the downsample engine writes from the raw block (the
+// engine is held to the raw samples' windows and to Thanos' bytes in
+// shared/downsample); the raw block stays, with its downsample recorded.
 //
 // Raw retention is shorter than the block's age, and a retention pass
 // runs while the downsample is not yet planned: the raw block is held, not
@@ -67,7 +67,7 @@ func TestDownsamplingKeepsRawDataUntilItsDownsampleIsPublished(t *testing.T) {
 			return ctx.Err()
 		}
 	}
-	blocks := w.Generate(blockgen.Options{Tenant: "acme", Start: day(), Blocks: 4, Series: 25, SamplesPerSeries: 240, Seed: 81, ThanosFiles: true})
+	blocks := w.Generate(blockgen.Options{Tenant: "acme", Start: day(), Blocks: 4, Series: 25, SamplesPerSeries: 240, Seed: 81, ThanosFiles: true, Histograms: true})
 	for _, b := range blocks {
 		w.Upload(ctx, "acme", b.Dir)
 	}
@@ -241,6 +241,9 @@ func sameBytesAsTheEngine(ctx context.Context, t *testing.T, w *testworld.World,
 	local, err := downsample.Block(ctx, w.Env.Logger, src, meta, t.TempDir(), id, planning.Resolution5m)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if meta.Stats.NumHistogramSamples > 0 && local.Meta.Stats.NumHistogramSamples == 0 {
+		t.Errorf("raw block %s holds %d native histogram samples, its downsample no histogram window", raw.ID, meta.Stats.NumHistogramSamples)
 	}
 	files, err := blockmeta.GatherFiles(local.Dir)
 	if err != nil {
