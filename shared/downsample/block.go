@@ -53,7 +53,13 @@ const progressEvery = 100_000
 // itself downsampled. The output keeps the source's labels, range,
 // compaction level and sources; only the resolution, the ULID and the
 // stats change. On error nothing is left in dir.
-func Block(ctx context.Context, logger *slog.Logger, src tsdb.BlockReader, meta *blockmeta.Meta, dir string, id ulid.ULID, res int64) (out Result, err error) {
+func Block(ctx context.Context, logger *slog.Logger, src tsdb.BlockReader, meta *blockmeta.Meta, dir string, id ulid.ULID, res int64) (Result, error) {
+	return BlockSeries(ctx, logger, src, meta, dir, id, res, nil)
+}
+
+// BlockSeries is Block for the series keep accepts (nil: every series):
+// one partition of a block's downsample. A series left out is not read.
+func BlockSeries(ctx context.Context, logger *slog.Logger, src tsdb.BlockReader, meta *blockmeta.Meta, dir string, id ulid.ULID, res int64, keep func(labels.Labels) bool) (out Result, err error) {
 	from := int64(0)
 	if meta.Thanos != nil {
 		from = meta.Thanos.Downsample.Resolution
@@ -85,7 +91,7 @@ func Block(ctx context.Context, logger *slog.Logger, src tsdb.BlockReader, meta 
 			_ = os.RemoveAll(tmp)
 		}
 	}()
-	raw, err := writeSeries(ctx, logger, src, meta.ULID, tmp, from, res, &outMeta.Stats)
+	raw, err := writeSeries(ctx, logger, src, meta.ULID, tmp, from, res, keep, &outMeta.Stats)
 	if err != nil {
 		return out, fmt.Errorf("downsample %s to %d ms: %w", meta.ULID, res, err)
 	}
@@ -101,10 +107,10 @@ func Block(ctx context.Context, logger *slog.Logger, src tsdb.BlockReader, meta 
 	return Result{Dir: final, Meta: outMeta, RawSamples: raw}, nil
 }
 
-// writeSeries writes the downsampled chunks and index of src into dir,
-// series by series in the source's order (label order), and counts them
-// into stats. It returns the number of input samples.
-func writeSeries(ctx context.Context, logger *slog.Logger, src tsdb.BlockReader, srcID ulid.ULID, dir string, from, res int64, stats *blockmeta.Stats) (raw uint64, err error) {
+// writeSeries writes the downsampled chunks and index of src's series that
+// keep accepts into dir, series by series in the source's order (label
+// order), and counts them into stats. It returns the number of input samples.
+func writeSeries(ctx context.Context, logger *slog.Logger, src tsdb.BlockReader, srcID ulid.ULID, dir string, from, res int64, keep func(labels.Labels) bool, stats *blockmeta.Stats) (raw uint64, err error) {
 	ir, err := src.Index()
 	if err != nil {
 		return 0, fmt.Errorf("open index: %w", err)
@@ -165,6 +171,9 @@ func writeSeries(ctx context.Context, logger *slog.Logger, src tsdb.BlockReader,
 			return raw, fmt.Errorf("series %d: %w", p.At(), err)
 		}
 		lset := lb.Labels()
+		if keep != nil && !keep(lset) {
+			continue
+		}
 		for i := range in {
 			if i > 0 && in[i-1].MaxTime >= in[i].MinTime {
 				return raw, fmt.Errorf("series %s: chunks %d and %d overlap", lset, i-1, i)

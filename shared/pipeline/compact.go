@@ -239,10 +239,14 @@ func (c Compact) fits(ctx context.Context, head records.Group, p int, srcs []rec
 		if i < 0 {
 			return records.Failure{Kind: records.FailureTooBig, Message: "block " + head.Key.Block + " is not among the version's sources"}, false
 		}
-		if ok, why := pol.Fits(pol.EstimateDownsample(cands[i])); !ok {
-			return records.Failure{Kind: records.FailureTooBig, Message: "the downsample of " + head.Key.Block + ": " + why}, false
+		ok, why := pol.Fits(pol.EstimateDownsample(cands[i], head.Partitions))
+		if ok {
+			return records.Failure{}, true
 		}
-		return records.Failure{}, true
+		if m, more, _ := pol.SizeDownsample(cands[i]); more && m > head.Partitions {
+			return records.Failure{Kind: records.FailureDoesNotFit, Message: "the downsample of " + head.Key.Block + ": " + why + fmt.Sprintf("; %d partitions would fit", m)}, false
+		}
+		return records.Failure{Kind: records.FailureTooBig, Message: "the downsample of " + head.Key.Block + ": " + why}, false
 	}
 	if head.Key.IsSplit() && len(cands) == 1 {
 		// One job reads the block once and writes every partition: more

@@ -15,6 +15,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/prometheus/prometheus/model/labels"
+
 	"github.com/sluice-dev/sluice/shared/blockmeta"
 	"github.com/sluice-dev/sluice/shared/blockstore"
 	"github.com/sluice-dev/sluice/shared/compaction"
@@ -118,16 +120,31 @@ func (p Planner) noteDownsampled(ctx context.Context, tenant string, g planning.
 	return err
 }
 
-// downsample runs a downsample version's one job: the index of its block
+// downsample runs one job of a downsample version: the index of its block
 // downloaded, its chunks streamed from S3, the downsampled block written
 // to scratch with its labels (without the replica labels) and uploaded.
-// A block with no float series gives an empty partition.
+// A version of m > 1 partitions (planning.SizeDownsample) has job j keep
+// the block's series of partition j of m: its output is partition
+// j·n + p of m·n when the block is partition p of n (the block's series
+// hash to p mod n, so theirs to p + n·j mod m·n for one j), which is what
+// the planner's holding rules and Cortex's readers take it for. A
+// partition with no series gives an empty output.
 func (c Compact) downsample(ctx context.Context, head records.Group, parts []int, srcs []records.Block, log jobLog) ([]records.Committed, error) {
 	i := slices.IndexFunc(srcs, func(b records.Block) bool { return b.ID == head.Key.Block })
-	if i < 0 || len(parts) != 1 || parts[0] != 0 {
-		return nil, fmt.Errorf("version %s: block %s is not among its sources, or partitions %v are not [0]", head.Ref(), head.Key.Block, parts)
+	m := max(head.Partitions, 1)
+	if i < 0 || len(parts) != 1 || parts[0] < 0 || parts[0] >= m {
+		return nil, fmt.Errorf("version %s: block %s is not among its sources, or partitions %v are not one of %d", head.Ref(), head.Key.Block, parts, m)
 	}
-	src := srcs[i]
+	src, part := srcs[i], parts[0]
+	n, p := max(src.PartitionCount, 1), src.PartitionID
+	if src.PartitionCount <= 1 {
+		p = 0
+	}
+	outCount, outID := n*m, p+n*part
+	var keep func(labels.Labels) bool
+	if m > 1 {
+		keep = func(lset labels.Labels) bool { return compaction.PartitionOf(lset, outCount) == outID }
+	}
 	sr, ok, err := c.records().GetStream(ctx, head.Tenant, src.Stream)
 	if err != nil {
 		return nil, err
@@ -163,14 +180,19 @@ func (c Compact) downsample(ctx context.Context, head records.Group, parts []int
 		meta.Thanos = &blockmeta.Thanos{}
 	}
 	meta.Thanos.Labels = target.Labels
-	outID := outputULID(head, 0)
-	res, err := downsample.Block(ctx, c.Logger, br, meta, filepath.Join(scratch, "out"), outID, head.Key.Resolution)
+	outULID := outputULID(head, part)
+	res, err := downsample.BlockSeries(ctx, c.Logger, br, meta, filepath.Join(scratch, "out"), outULID, head.Key.Resolution, keep)
 	if err != nil {
 		return nil, jobError{err}
 	}
 	if res.Meta.Stats.NumSeries == 0 {
-		log.InfoContext(ctx, "block holds no float series; nothing to downsample")
-		return []records.Committed{{Partition: 0}}, nil
+		log.InfoContext(ctx, "no series of the block in this partition; nothing to downsample", "outputPartition", outID, "of", outCount)
+		return []records.Committed{{Partition: part}}, nil
+	}
+	if m > 1 {
+		res.Meta.SetPartitionInfo(&blockmeta.PartitionInfo{
+			PartitionedGroupID: groupID(head), PartitionCount: outCount, PartitionID: outID, PartitionedGroupCreationTime: head.CreatedAt,
+		})
 	}
 	files, err := blockmeta.GatherFiles(res.Dir)
 	if err != nil {
@@ -183,7 +205,7 @@ func (c Compact) downsample(ctx context.Context, head records.Group, parts []int
 		}
 	}
 	res.Meta.Thanos.Files = files
-	k, err := c.Config.Layout.Block(head.Tenant, outID)
+	k, err := c.Config.Layout.Block(head.Tenant, outULID)
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +222,7 @@ func (c Compact) downsample(ctx context.Context, head records.Group, parts []int
 	}
 	now := c.now().UnixMilli()
 	out := &records.Block{
-		Tenant: head.Tenant, ID: outID.String(), Stream: target.ID, MinT: res.Meta.MinTime, MaxT: res.Meta.MaxTime, Level: src.Level,
+		Tenant: head.Tenant, ID: outULID.String(), Stream: target.ID, MinT: res.Meta.MinTime, MaxT: res.Meta.MaxTime, Level: src.Level,
 		State: protocol.BlockPending, Gen: 1, ProducedBy: protocol.PartitionRef{VersionRef: protocol.VersionRef{Tenant: head.Tenant, Group: head.Key, Version: head.Version}}.String(),
 		Meta: string(body), Series: res.Meta.Stats.NumSeries, Samples: res.Meta.Stats.NumSamples, UpdatedAt: now, Arrived: now,
 	}
@@ -208,6 +230,9 @@ func (c Compact) downsample(ctx context.Context, head records.Group, parts []int
 	// series: so does its downsample, which the target stream's
 	// compaction then reads as such.
 	out.PartitionCount, out.PartitionID = src.PartitionCount, src.PartitionID
+	if m > 1 {
+		out.PartitionCount, out.PartitionID = outCount, outID
+	}
 	var written uint64
 	for _, u := range up {
 		out.Files = append(out.Files, records.ObjectVersion{RelPath: u.RelPath, VersionID: u.VersionID, Size: u.Size, ETag: u.ETag, Checksum: u.Checksum})
@@ -221,7 +246,7 @@ func (c Compact) downsample(ctx context.Context, head records.Group, parts []int
 	log.InfoContext(ctx, "block downsampled and uploaded", "resolution", stream.ResolutionName(head.Key.Resolution), "series", res.Meta.Stats.NumSeries,
 		"rawSamples", res.RawSamples, "samplesPerSecond", uint64(float64(res.RawSamples)/max(took.Seconds(), 1e-3)),
 		"readBytes", indexRead+uint64(streamed.Bytes), "writtenBytes", written, "took", took.String())
-	return []records.Committed{{Partition: 0, Output: out}}, nil
+	return []records.Committed{{Partition: part, Output: out}}, nil
 }
 
 // keepSource ends a downsample version's claim on its block once the

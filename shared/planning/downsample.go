@@ -114,8 +114,9 @@ func (p Policy) planDownsample(g GroupKey, blocks []Candidate, now time.Time) De
 		}
 		return d
 	}
-	if ok, why := p.Fits(p.EstimateDownsample(src)); !ok {
-		return Decision{Wait: "the downsample of block " + src.ID + " does not fit one job: " + why}
+	m, fits, why := p.SizeDownsample(src)
+	if !fits {
+		return Decision{Wait: "the downsample of block " + src.ID + " does not fit its jobs: " + why}
 	}
 	srcs := []Candidate{src}
 	for _, b := range overlapping {
@@ -132,20 +133,53 @@ func (p Policy) planDownsample(g GroupKey, blocks []Candidate, now time.Time) De
 		srcs = append(srcs, b)
 	}
 	sort.Slice(srcs, func(i, j int) bool { return srcs[i].ID < srcs[j].ID })
-	return Decision{Sources: srcs, Partitions: 1}
+	return Decision{Sources: srcs, Partitions: m}
 }
 
-// EstimateDownsample sizes the one job that downsamples block c: it reads
-// the block once (index downloaded, chunks streamed) and writes the
-// downsampled block on local disk before uploading it. Its output is
-// taken as half the block, far more than the aggregates of 5m or 1h
-// windows come to (docs/block-engine.md).
-func (p Policy) EstimateDownsample(c Candidate) JobEstimate {
+// EstimateDownsample sizes one of the m jobs that downsample block c, each
+// keeping the share of its series whose hash lands in its partition: it
+// reads the whole block (index downloaded, chunks streamed, a series of
+// another partition skipped) and writes its share of the downsampled
+// block on local disk before uploading it. The output is taken as half
+// the block, far more than the aggregates of 5m or 1h windows come to
+// (docs/block-engine.md). More partitions shrink a job's output, scratch
+// and series, not what it reads.
+func (p Policy) EstimateDownsample(c Candidate, m int) JobEstimate {
 	p = p.Defaults()
+	m = max(m, 1)
 	size := c.IndexBytes + c.ChunkBytes
-	e := JobEstimate{Partitions: 1, Opened: 1, ReadBytes: size, OutputBytes: size / 2, ScratchBytes: c.IndexBytes + size/2, Series: c.Series}
+	out := size / 2 / uint64(m)
+	e := JobEstimate{Partitions: m, Opened: 1, ReadBytes: size, OutputBytes: out, ScratchBytes: c.IndexBytes + out, Series: c.Series / uint64(m)}
 	e.Duration = time.Duration(float64(e.ReadBytes+e.OutputBytes) / float64(p.Throughput) * float64(time.Second))
 	return e
+}
+
+// SizeDownsample picks m, the number of jobs that downsample block c, as
+// Size picks a compaction's N: the smallest power of two up to
+// MaxPartitions at which each job's share of the block's series is
+// within MaxSeriesPerPartition (at least JobSeriesLimit with SingleBlock)
+// and its index share within MaxIndexBytesPerPartition, raised until the
+// jobs fit (EstimateDownsample, Fits). Job j writes partition j of m of
+// c's series (of c's own partition, when c is one). When no m fits, fits
+// is false and why says what is still over at MaxPartitions: a block too
+// big to read within one job's time waits, and retention holds it.
+func (p Policy) SizeDownsample(c Candidate) (m int, fits bool, why string) {
+	p = p.Defaults()
+	if p.SingleBlock {
+		p.MaxSeriesPerPartition = max(p.MaxSeriesPerPartition, JobSeriesLimit)
+	}
+	m = 1
+	for m < p.MaxPartitions && (c.Series > uint64(m)*p.MaxSeriesPerPartition || c.IndexBytes > uint64(m)*p.MaxIndexBytesPerPartition) {
+		m *= 2
+	}
+	for k := m; k <= p.MaxPartitions; k *= 2 {
+		ok, reason := p.Fits(p.EstimateDownsample(c, k))
+		if ok {
+			return k, true, ""
+		}
+		why = reason // what is still over at the most partitions
+	}
+	return m, false, why
 }
 
 // within reports whether every series of partition p of n (n ≤ 1: every

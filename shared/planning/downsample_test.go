@@ -114,3 +114,48 @@ func TestPlanDownsample(t *testing.T) {
 		})
 	}
 }
+
+// SizeDownsample: a block's downsample is written in partitions when its
+// series are more than a partition holds (not with SingleBlock, below
+// JobSeriesLimit), more again when a job's output does not fit the scratch
+// budget, and not at all (wait, with the reason) when reading the block
+// alone takes longer than a job may run.
+func TestSizeDownsample(t *testing.T) {
+	const h = int64(time.Hour / time.Millisecond)
+	src := Candidate{ID: "01HK3QGM00JS67MS0A0DFMSX3V", Stream: "s", MinT: 0, MaxT: 48 * h, Level: 2, Plannable: true, Series: 25}
+	big := func(c Candidate, index, chunks uint64) Candidate {
+		c.IndexBytes, c.ChunkBytes = index, chunks
+		return c
+	}
+	cases := []struct {
+		name string
+		pol  Policy
+		src  Candidate
+		m    int
+		wait string
+	}{
+		{"few series: one job", Policy{MaxSeriesPerPartition: 100}, src, 1, ""},
+		{"25 series, 8 a partition: 4 jobs", Policy{MaxSeriesPerPartition: 8}, src, 4, ""},
+		{"SingleBlock: one job below the job limit", Policy{MaxSeriesPerPartition: 8, SingleBlock: true}, src, 1, ""},
+		{"output over the scratch budget: more jobs", Policy{MaxSeriesPerPartition: 100, ScratchBytes: 2 << 30}, big(src, 1<<30, 7<<30), 4, ""},
+		{"the block takes too long to read: waits", Policy{MaxSeriesPerPartition: 100}, big(src, 1<<30, 20<<30), 0, "over half the"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.pol.Downsample, tc.pol.Ranges = true, []time.Duration{8 * time.Hour, 48 * time.Hour}
+			d := tc.pol.Plan(DownsampleKey("s", 0, src.ID, Resolution5m), []Candidate{tc.src}, time.UnixMilli(1000*h))
+			if tc.wait != "" {
+				if len(d.Sources) != 0 || !strings.Contains(d.Wait, tc.wait) {
+					t.Fatalf("planned %d sources (wait %q); want a wait saying %q", len(d.Sources), d.Wait, tc.wait)
+				}
+				return
+			}
+			if len(d.Sources) != 1 || d.Partitions != tc.m {
+				t.Fatalf("planned %d sources in %d partitions (wait %q); want the block in %d", len(d.Sources), d.Partitions, d.Wait, tc.m)
+			}
+			if ok, why := tc.pol.Fits(tc.pol.EstimateDownsample(tc.src, d.Partitions)); !ok {
+				t.Errorf("the planned jobs do not fit: %s", why)
+			}
+		})
+	}
+}

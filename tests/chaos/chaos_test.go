@@ -139,21 +139,25 @@ func uncovered(results []result) []string {
 			out = append(out, "check never made: "+k)
 		}
 	}
-	splits := 0
-	for _, r := range results {
-		splits += r.splits
-	}
-	if splits == 0 {
+	if n, _ := tally(results, func(r result) int { return r.splits }); n == 0 {
 		out = append(out, "no block was split on arrival: no split job ran")
 	}
-	downsamples := 0
-	for _, r := range results {
-		downsamples += r.downsamples
-	}
-	if downsamples == 0 {
+	if n, _ := tally(results, func(r result) int { return r.downsamples }); n == 0 {
 		out = append(out, "no block was downsampled: no downsample job ran")
 	}
 	return out
+}
+
+// tally sums one count over the seeds, and counts the seeds where it is
+// not zero.
+func tally(results []result, count func(result) int) (total, seeds int) {
+	for _, r := range results {
+		if n := count(r); n > 0 {
+			total += n
+			seeds++
+		}
+	}
+	return total, seeds
 }
 
 // result is one seed's outcome.
@@ -166,8 +170,10 @@ type result struct {
 	blocks     int
 	requests   map[string]int // by service: DynamoDB, S3, SQS
 	// splits counts the versions of split groups (a block split on
-	// arrival) the seed created, downsamples those of downsample groups.
-	splits, downsamples int
+	// arrival) the seed created, downsamples those of downsample groups,
+	// and partitionedDownsamples the downsample groups whose last version
+	// was written in partitions.
+	splits, downsamples, partitionedDownsamples int
 }
 
 func replayCommand(seed int64) string {
@@ -469,6 +475,9 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 			}
 			if g.Key.IsDownsample() {
 				res.downsamples += int(g.Version)
+				if g.Partitions > 1 {
+					res.partitionedDownsamples++
+				}
 			}
 		}
 	}
@@ -589,22 +598,12 @@ func report(results []result, failed []int64, wall time.Duration) string {
 		fmt.Fprintf(&b, "emulator requests per seed: DynamoDB %d, S3 %d, SQS %d (provisioning, pipeline and checks)\n",
 			reqs["DynamoDB"]/n, reqs["S3"]/n, reqs["SQS"]/n)
 	}
-	splitSeeds, splits := 0, 0
-	for _, r := range results {
-		if r.splits > 0 {
-			splitSeeds++
-		}
-		splits += r.splits
-	}
+	splits, splitSeeds := tally(results, func(r result) int { return r.splits })
 	fmt.Fprintf(&b, "blocks split on arrival: %d split versions in %d seeds\n", splits, splitSeeds)
-	downsampleSeeds, downsamples := 0, 0
-	for _, r := range results {
-		if r.downsamples > 0 {
-			downsampleSeeds++
-		}
-		downsamples += r.downsamples
-	}
-	fmt.Fprintf(&b, "blocks downsampled: %d downsample versions in %d seeds\n", downsamples, downsampleSeeds)
+	downsamples, downsampleSeeds := tally(results, func(r result) int { return r.downsamples })
+	partitioned, partitionedSeeds := tally(results, func(r result) int { return r.partitionedDownsamples })
+	fmt.Fprintf(&b, "blocks downsampled: %d downsample versions in %d seeds; %d downsamples written in partitions, in %d seeds\n",
+		downsamples, downsampleSeeds, partitioned, partitionedSeeds)
 	fmt.Fprintf(&b, "faults injected: %d\n", nFaults)
 	for _, k := range sortedKeys(faults) {
 		fmt.Fprintf(&b, "  %6d  %s\n", faults[k], k)

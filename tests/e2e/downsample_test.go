@@ -266,3 +266,78 @@ func sameBytesAsTheEngine(ctx context.Context, t *testing.T, w *testworld.World,
 		}
 	}
 }
+
+// A block with more series than one job is given is downsampled in
+// partitions, as a compaction would write it: one 8h raw block of 25
+// series (an adopted Thanos block, say: unpartitioned) with at most 8
+// series a partition is downsampled by a version of 4 jobs, each keeping
+// the series whose hash lands in its partition and writing partition j of
+// 4 (partition_info in its meta.json). Together the 5m partitions hold
+// every series once and every window of the raw samples (the invariants
+// at quiescence, I2 taking disjoint partitions for what they are), and the
+// raw block is recorded downsampled and kept.
+func TestBigBlockIsDownsampledInPartitions(t *testing.T) {
+	t.Parallel()
+	w := testworld.New(t, testworld.Options{Configure: func(c *config.Config) {
+		c.Policy.Ranges = []time.Duration{4 * time.Hour, 8 * time.Hour}
+		c.Policy.Downsample = true
+		c.Policy.DownsampleRawSpan = 6 * time.Hour
+		c.Policy.MaxSeriesPerPartition = 8
+	}})
+	ctx := context.Background()
+	blocks := w.Generate(blockgen.Options{Tenant: "acme", Start: day(), Blocks: 1, BlockRange: 8 * time.Hour, Series: 25, SamplesPerSeries: 480,
+		Seed: 83, ThanosFiles: true, Histograms: true})
+	w.Upload(ctx, "acme", blocks[0].Dir)
+	rawID := blocks[0].Meta.ULID.String()
+	settleUntil(t, w, func(ctx context.Context) (bool, error) {
+		b, _, err := w.Store.GetBlock(ctx, "acme", rawID)
+		return b.Downsampled == planning.Resolution5m, err
+	}, "acme")
+	raw, _, err := w.Store.GetBlock(ctx, "acme", rawID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw.State != protocol.BlockLive || raw.PartitionCount > 1 {
+		t.Fatalf("raw block %s is %s, partition count %d; want LIVE and unpartitioned", raw.ID, raw.State, raw.PartitionCount)
+	}
+	var outs []records.Block
+	var series uint64
+	seen := map[int]bool{}
+	for _, b := range w.Blocks(ctx, "acme") {
+		if !isDownsample(b) || b.State != protocol.BlockLive || !b.Published {
+			continue
+		}
+		outs = append(outs, b)
+		series += b.Series
+		m, err := blockmeta.Parse([]byte(b.Meta), b.Key())
+		if err != nil {
+			t.Fatal(err)
+		}
+		pi, ok := m.PartitionInfo()
+		if !ok || pi.PartitionCount != 4 || b.PartitionCount != 4 || pi.PartitionID != b.PartitionID || seen[b.PartitionID] {
+			t.Errorf("5m block %s: partition_info %+v (present %v), record partition %d of %d; want a distinct partition of 4", b.ID, pi, ok, b.PartitionID, b.PartitionCount)
+		}
+		seen[b.PartitionID] = true
+		if b.MinT != raw.MinT || b.MaxT != raw.MaxT || b.Stream == raw.Stream {
+			t.Errorf("5m block %s: [%d, %d) in stream %s; want the raw block's range in a stream of its own", b.ID, b.MinT, b.MaxT, b.Stream)
+		}
+	}
+	if len(outs) < 2 || series != raw.Series {
+		t.Fatalf("%d live 5m partitions holding %d series; want several, holding the raw block's %d", len(outs), series, raw.Series)
+	}
+	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if w.ChecksMade()[testworld.CheckDownsampled] == 0 {
+		t.Fatal("the downsampled partitions were not held to the raw samples")
+	}
+	rep, err := cli.GatherStatus(ctx, w.Store, w.Env.Clients.SQS, w.Config, cli.StatusOptions{Tenant: "acme", AllGroups: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(rep.Tenants[0].Groups, func(g cli.GroupStatus) bool {
+		return g.Downsample == raw.ID && g.State == string(protocol.GroupRetired) && g.Partitions == 4
+	}) {
+		t.Errorf("status shows no retired 4-partition downsample of %s: %+v", raw.ID, rep.Tenants[0].Groups)
+	}
+}

@@ -348,15 +348,18 @@ func (w *World) checkDownsampled(ctx context.Context, tenant string, raw, made [
 	return nil
 }
 
-// disjointDownsamples reports the downsamples of two partitions of one
-// partition count: blocks of one range whose series cannot meet, as the
-// partitions they were made from.
+// disjointDownsamples reports the downsamples of two partitions whose
+// series cannot meet (planning.Holds: neither partition can hold series of
+// the other): blocks of one range that are partitions of one block, or of
+// a downsample written in partitions, as the partitions they were made
+// from.
 func disjointDownsamples(a, b records.Block) bool {
 	down := func(x records.Block) bool {
 		r, err := protocol.ParsePartitionRef(x.ProducedBy)
 		return err == nil && r.Group.IsDownsample()
 	}
-	return down(a) && down(b) && a.PartitionCount > 1 && a.PartitionCount == b.PartitionCount && a.PartitionID != b.PartitionID
+	return down(a) && down(b) && a.PartitionCount > 1 && b.PartitionCount > 1 &&
+		!planning.Holds(a.PartitionCount, a.PartitionID, b.PartitionID, b.PartitionCount)
 }
 
 // checkPublished is I3: the published meta.json exists, is the recorded
