@@ -542,24 +542,34 @@ func (c Compact) upload(ctx context.Context, head records.Group, p int, k blockk
 	if err != nil {
 		return nil, fmt.Errorf("upload %s: %w", k.BlockKey(), err)
 	}
-	metaBody, err := res.Meta.Marshal()
+	out, err := c.outputRecord(head, p, head.Key.Stream, head.Key.Level, k, res.Meta, append(slices.Clone(segments), up...))
 	if err != nil {
 		return nil, err
-	}
-	if err := records.CheckMetaSize(metaBody); err != nil {
-		return nil, jobError{fmt.Errorf("output %s: meta.json of %w", k.BlockKey(), err)}
-	}
-	outID := res.Meta.ULID
-	out := &records.Block{
-		Tenant: head.Tenant, ID: outID.String(), Stream: head.Key.Stream, MinT: res.Meta.MinTime, MaxT: res.Meta.MaxTime, Level: head.Key.Level,
-		State: protocol.BlockPending, Gen: 1, ProducedBy: protocol.PartitionRef{VersionRef: protocol.VersionRef{Tenant: head.Tenant, Group: head.Key, Version: head.Version}, Partition: p}.String(),
-		Meta: string(metaBody), Series: res.NumSeries, Samples: res.NumSamples, UpdatedAt: c.now().UnixMilli(),
-		Arrived: c.now().UnixMilli(),
 	}
 	if head.Partitions > 1 {
 		out.PartitionCount, out.PartitionID = head.Partitions, p
 	}
-	for _, u := range append(slices.Clone(segments), up...) {
+	return out, nil
+}
+
+// outputRecord is the PENDING record of partition p's output of head, of
+// stream st at level: its meta.json (held to DynamoDB's item size), its
+// stats and its uploaded files. The caller sets its partition.
+func (c Compact) outputRecord(head records.Group, p int, st string, level int, k blockkey.Key, meta *blockmeta.Meta, files []blockstore.Uploaded) (*records.Block, error) {
+	body, err := meta.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	if err := records.CheckMetaSize(body); err != nil {
+		return nil, jobError{fmt.Errorf("output %s: meta.json of %w", k.BlockKey(), err)}
+	}
+	now := c.now().UnixMilli()
+	out := &records.Block{
+		Tenant: head.Tenant, ID: meta.ULID.String(), Stream: st, MinT: meta.MinTime, MaxT: meta.MaxTime, Level: level,
+		State: protocol.BlockPending, Gen: 1, ProducedBy: protocol.PartitionRef{VersionRef: protocol.VersionRef{Tenant: head.Tenant, Group: head.Key, Version: head.Version}, Partition: p}.String(),
+		Meta: string(body), Series: meta.Stats.NumSeries, Samples: meta.Stats.NumSamples, UpdatedAt: now, Arrived: now,
+	}
+	for _, u := range files {
 		out.Files = append(out.Files, records.ObjectVersion{RelPath: u.RelPath, VersionID: u.VersionID, Size: u.Size, ETag: u.ETag, Checksum: u.Checksum})
 		if u.RelPath == blockkey.IndexFile {
 			out.IndexBytes = uint64(u.Size)

@@ -213,18 +213,9 @@ func (c Compact) downsample(ctx context.Context, head records.Group, parts []int
 	if err != nil {
 		return nil, fmt.Errorf("upload %s: %w", k.BlockKey(), err)
 	}
-	body, err := res.Meta.Marshal()
+	out, err := c.outputRecord(head, part, target.ID, src.Level, k, res.Meta, up)
 	if err != nil {
 		return nil, err
-	}
-	if err := records.CheckMetaSize(body); err != nil {
-		return nil, jobError{fmt.Errorf("output %s: meta.json of %w", k.BlockKey(), err)}
-	}
-	now := c.now().UnixMilli()
-	out := &records.Block{
-		Tenant: head.Tenant, ID: outULID.String(), Stream: target.ID, MinT: res.Meta.MinTime, MaxT: res.Meta.MaxTime, Level: src.Level,
-		State: protocol.BlockPending, Gen: 1, ProducedBy: protocol.PartitionRef{VersionRef: protocol.VersionRef{Tenant: head.Tenant, Group: head.Key, Version: head.Version}}.String(),
-		Meta: string(body), Series: res.Meta.Stats.NumSeries, Samples: res.Meta.Stats.NumSamples, UpdatedAt: now, Arrived: now,
 	}
 	// A partition of a partitioned block holds only that partition's
 	// series: so does its downsample, which the target stream's
@@ -235,10 +226,6 @@ func (c Compact) downsample(ctx context.Context, head records.Group, parts []int
 	}
 	var written uint64
 	for _, u := range up {
-		out.Files = append(out.Files, records.ObjectVersion{RelPath: u.RelPath, VersionID: u.VersionID, Size: u.Size, ETag: u.ETag, Checksum: u.Checksum})
-		if u.RelPath == blockmeta.IndexFilename {
-			out.IndexBytes = uint64(u.Size)
-		}
 		written += uint64(max(u.Size, 0))
 	}
 	streamed := chunks.stats()
