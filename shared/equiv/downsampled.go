@@ -129,39 +129,47 @@ func CheckDownsampled(ctx context.Context, raw, down, replicaLabels []string) er
 		}
 	}
 	want := map[key]map[int64]downsample.Window{}
-	for k, ss := range samples {
+	// window folds the sample at t into its window of series k.
+	window := func(k key, t int64, fold func(w *downsample.Window, first bool) error) error {
+		if want[k] == nil {
+			want[k] = map[int64]downsample.Window{}
+		}
 		r := res[k.stream]
+		end := t - t%r + r - 1
+		w, ok := want[k][end]
+		w.End = end
+		w.Count++
+		if err := fold(&w, !ok); err != nil {
+			return fmt.Errorf("stream %s: series %s: the raw histograms of the window ending %d do not add up: %w", k.stream, k.series, end, err)
+		}
+		want[k][end] = w
+		return nil
+	}
+	for k, ss := range samples {
 		for t, v := range ss {
-			if want[k] == nil {
-				want[k] = map[int64]downsample.Window{}
-			}
-			end := t - t%r + r - 1
-			w, ok := want[k][end]
-			if !ok {
-				w = downsample.Window{End: end, Min: v, Max: v}
-			}
-			w.Count++
-			w.Sum += v
-			w.Min, w.Max = math.Min(w.Min, v), math.Max(w.Max, v)
-			want[k][end] = w
+			_ = window(k, t, func(w *downsample.Window, first bool) error {
+				if first {
+					w.Min, w.Max = v, v
+				}
+				w.Sum += v
+				w.Min, w.Max = math.Min(w.Min, v), math.Max(w.Max, v)
+				return nil
+			})
 		}
 	}
 	for k, hs := range histograms {
-		r := res[k.stream]
 		for t, fh := range hs {
-			if want[k] == nil {
-				want[k] = map[int64]downsample.Window{}
+			err := window(k, t, func(w *downsample.Window, _ bool) error {
+				if w.Histograms == nil {
+					w.Histograms = fh.Copy()
+					return nil
+				}
+				_, _, _, err := w.Histograms.Add(fh)
+				return err
+			})
+			if err != nil {
+				return err
 			}
-			end := t - t%r + r - 1
-			w := want[k][end]
-			w.End = end
-			w.Count++
-			if w.Histograms == nil {
-				w.Histograms = fh.Copy()
-			} else if _, _, _, err := w.Histograms.Add(fh); err != nil {
-				return fmt.Errorf("stream %s: series %s: the raw histograms of the window ending %d do not add up: %w", k.stream, k.series, end, err)
-			}
-			want[k][end] = w
 		}
 	}
 	for k, ws := range want {

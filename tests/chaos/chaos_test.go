@@ -277,7 +277,16 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 	// compaction of every stream: an 8h block's downsample then replaces
 	// (retires) its 4h halves' downsamples, or finds them compacted into
 	// one that holds its sources already.
-	downsampling := !split && rand.New(rand.NewPCG(uint64(seed), 0xd0b5)).IntN(3) == 0
+	dsRNG := rand.New(rand.NewPCG(uint64(seed), 0xd0b5))
+	downsampling := !split && dsRNG.IntN(3) == 0
+	// A third of those downsample the 2h uploads themselves, as blocks
+	// adopted whole: an upload over the seed's series limit is
+	// downsampled in partitions, which the 4h and 8h blocks' downsamples
+	// then replace or wait on.
+	rawSpan := 3 * time.Hour
+	if downsampling && dsRNG.IntN(3) == 0 {
+		rawSpan = 2 * time.Hour
+	}
 	w := testworld.New(t, testworld.Options{
 		Env:      []envtest.Option{envtest.WithLogLevel(slog.LevelInfo), envtest.WithEndpoint(emulator)},
 		Pipeline: localrun.Options{Now: clock.Now},
@@ -289,7 +298,7 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 			}
 			if downsampling {
 				c.Policy.Downsample = true
-				c.Policy.DownsampleRawSpan, c.Policy.DownsampleFiveMinuteSpan = 3*time.Hour, 3*time.Hour
+				c.Policy.DownsampleRawSpan, c.Policy.DownsampleFiveMinuteSpan = rawSpan, 3*time.Hour
 			}
 			c.LeaseDuration, c.RedriveAfter, c.StuckAfter = leaseDuration, redriveAfter, stuckAfter
 			c.DeletionDelay, c.OrphanDelay = deletionDelay, orphanDelay
@@ -342,7 +351,7 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 		res.blocks += len(tb.blocks)
 	}
 	sort.Strings(names)
-	t.Logf("seed %d: tenants %v, at most %d series per partition, split on arrival %v", seed, names, maxSeries, split)
+	t.Logf("seed %d: tenants %v, at most %d series per partition, split on arrival %v, downsampling %v (raw span %v)", seed, names, maxSeries, split, downsampling, rawSpan)
 
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout+time.Minute)
 	defer cancel()

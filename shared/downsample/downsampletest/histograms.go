@@ -1,6 +1,7 @@
 package downsampletest
 
 import (
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -122,21 +123,13 @@ func intHistogram(schema int32, counts map[int32]uint64, sum float64, hint histo
 	if !histogram.IsCustomBucketsSchema(schema) {
 		h.ZeroThreshold = 1e-128
 	}
-	prev, last := int64(0), int32(0)
-	for i, idx := range sortedKeys(counts) {
-		c := counts[idx]
-		h.Count += c
-		if i == 0 || idx != last+1 {
-			off := idx
-			if i > 0 {
-				off = idx - last - 1
-			}
-			h.PositiveSpans = append(h.PositiveSpans, histogram.Span{Offset: off, Length: 1})
-		} else {
-			h.PositiveSpans[len(h.PositiveSpans)-1].Length++
-		}
-		h.PositiveBuckets = append(h.PositiveBuckets, int64(c)-prev)
-		prev, last = int64(c), idx
+	var idx []int32
+	h.PositiveSpans, idx = spans(counts)
+	prev := int64(0)
+	for _, i := range idx {
+		h.Count += counts[i]
+		h.PositiveBuckets = append(h.PositiveBuckets, int64(counts[i])-prev) // deltas
+		prev = int64(counts[i])
 	}
 	return h
 }
@@ -145,29 +138,29 @@ func intHistogram(schema int32, counts map[int32]uint64, sum float64, hint histo
 // bucket counts.
 func floatHistogram(schema int32, counts map[int32]float64, sum float64) *histogram.FloatHistogram {
 	h := &histogram.FloatHistogram{Schema: schema, Sum: sum, ZeroThreshold: 1e-128}
-	last := int32(0)
-	for i, idx := range sortedKeys(counts) {
-		h.Count += counts[idx]
-		if i == 0 || idx != last+1 {
-			off := idx
-			if i > 0 {
-				off = idx - last - 1
-			}
-			h.PositiveSpans = append(h.PositiveSpans, histogram.Span{Offset: off, Length: 1})
-		} else {
-			h.PositiveSpans[len(h.PositiveSpans)-1].Length++
-		}
-		h.PositiveBuckets = append(h.PositiveBuckets, counts[idx])
-		last = idx
+	var idx []int32
+	h.PositiveSpans, idx = spans(counts)
+	for _, i := range idx {
+		h.Count += counts[i]
+		h.PositiveBuckets = append(h.PositiveBuckets, counts[i])
 	}
 	return h
 }
 
-func sortedKeys[V any](m map[int32]V) []int32 {
-	keys := make([]int32, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+// spans lays out the buckets of counts: the spans covering their indexes,
+// and the indexes in order.
+func spans[V any](counts map[int32]V) ([]histogram.Span, []int32) {
+	idx := slices.Sorted(maps.Keys(counts))
+	var out []histogram.Span
+	for i, x := range idx {
+		switch {
+		case i == 0:
+			out = append(out, histogram.Span{Offset: x, Length: 1})
+		case x == idx[i-1]+1:
+			out[len(out)-1].Length++
+		default:
+			out = append(out, histogram.Span{Offset: x - idx[i-1] - 1, Length: 1})
+		}
 	}
-	slices.Sort(keys)
-	return keys
+	return out, idx
 }
