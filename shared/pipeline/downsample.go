@@ -45,9 +45,11 @@ func downsampleDue(pol planning.Policy, b records.Block, res int64) (int64, bool
 }
 
 // downsampleBlocks reads what planning a downsample group needs: its
-// block and every block of the target stream registered in the ranges
-// the block's range falls in, each with its stream, resolution and
-// compaction sources; and the target stream's record.
+// block, every block of the target stream registered in the ranges the
+// block's range falls in and every block of its own stream in its own
+// ranges (a replica or late block it is to be merged with first), each
+// with its stream, resolution and compaction sources; and the target
+// stream's record.
 func (p Planner) downsampleBlocks(ctx context.Context, tenant string, g planning.GroupKey) ([]records.Block, []planning.Candidate, records.StreamRecord, error) {
 	var target records.StreamRecord
 	blocks, err := p.records().GetBlocks(ctx, tenant, []string{g.Block})
@@ -64,7 +66,9 @@ func (p Planner) downsampleBlocks(ctx context.Context, tenant string, g planning
 	}
 	target = downsampleStream(sr, g.Resolution)
 	seen := map[string]bool{src.ID: true}
-	for _, r := range p.Config.Policy.MemberRanges(target.ID, src.Level, src.MinT, src.MaxT) {
+	ranges := append(p.Config.Policy.MemberRanges(target.ID, src.Level, src.MinT, src.MaxT),
+		p.Config.Policy.MemberRanges(src.Stream, src.Level, src.MinT, src.MaxT)...)
+	for _, r := range ranges {
 		in, err := p.records().RangeBlocks(ctx, tenant, r)
 		if err != nil {
 			return nil, nil, target, err

@@ -83,9 +83,17 @@ func (p Policy) planDownsample(g GroupKey, blocks []Candidate, now time.Time) De
 	// its series include src's (within), and is replaced by src's
 	// downsample only if src's include its own.
 	held := map[string]bool{}
-	var holders, overlapping []Candidate
+	var holders, overlapping, unmerged []Candidate
 	for _, b := range blocks {
 		if b.Stream == src.Stream {
+			// A block of src's own stream over the same time and series
+			// (a replica, a late block) is merged with it by its range's
+			// compaction: downsampling both would write two blocks of the
+			// same windows, which the target stream cannot compact.
+			if b.ID != src.ID && (b.Plannable || b.Busy) && b.MinT < src.MaxT && src.MinT < b.MaxT &&
+				Holds(b.PartitionCount, b.PartitionID, src.PartitionID, max(src.PartitionCount, 1)) {
+				unmerged = append(unmerged, b)
+			}
 			continue
 		}
 		if within(src.PartitionCount, src.PartitionID, b.PartitionCount, b.PartitionID) {
@@ -113,6 +121,11 @@ func (p Policy) planDownsample(g GroupKey, blocks []Candidate, now time.Time) De
 			d.DownsampledBy = append(d.DownsampledBy, b.ID)
 		}
 		return d
+	}
+	if len(unmerged) > 0 {
+		// Asked again when the compaction that merges them retires src
+		// (its output is downsampled instead), or at the recheck.
+		return Decision{Wait: "block " + src.ID + " overlaps block " + unmerged[0].ID + " of its own stream, which its range's compaction merges it with first", ClosesAt: recheck}
 	}
 	m, fits, why := p.SizeDownsample(src)
 	if !fits {

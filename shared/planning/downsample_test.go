@@ -66,6 +66,9 @@ func TestPlanDownsample(t *testing.T) {
 		return Candidate{ID: id, Stream: fm, Resolution: Resolution5m, MinT: 0, MaxT: 48 * h, Level: 2, Plannable: true, Sources: sources}
 	}
 	busy := func(c Candidate) Candidate { c.Busy, c.Plannable = true, false; return c }
+	replica := func(id string) Candidate {
+		return Candidate{ID: id, Stream: raw, MinT: 0, MaxT: 48 * h, Level: 2, Plannable: true, Sources: []string{"S1", "S2", "S3"}}
+	}
 	part := func(c Candidate, n, p int) Candidate { c.PartitionCount, c.PartitionID = n, p; return c }
 	g := DownsampleKey(raw, 0, src.ID, Resolution5m)
 	cases := []struct {
@@ -91,6 +94,12 @@ func TestPlanDownsample(t *testing.T) {
 		{"the same partition's downsample holds it", []Candidate{part(src, 2, 1), part(down("D1", "S1", "S2", "S3"), 2, 1)}, nil, []string{"D1"}, "already hold", false},
 		{"a finer partition's earlier downsample is replaced", []Candidate{part(src, 2, 1), part(down("D1", "S1"), 4, 3)}, []string{src.ID, "D1"}, nil, "", false},
 		{"an unpartitioned downsample holds a partition", []Candidate{part(src, 4, 2), down("D1", "S1", "S2", "S3")}, nil, []string{"D1"}, "already hold", false},
+		// A replica (or late block) in src's own stream is merged with it
+		// first; its sibling partitions and a block never to be compacted
+		// (no-compact: neither plannable nor busy) are not waited for.
+		{"a replica not merged yet", []Candidate{src, replica("R1")}, nil, nil, "of its own stream", true},
+		{"a sibling partition of its stream", []Candidate{part(src, 2, 1), part(replica("R1"), 2, 0)}, []string{src.ID}, nil, "", false},
+		{"a no-compact block of its stream", []Candidate{src, func() Candidate { c := replica("R1"); c.Plannable = false; return c }()}, []string{src.ID}, nil, "", false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
