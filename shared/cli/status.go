@@ -396,7 +396,7 @@ func GatherStatus(ctx context.Context, st *records.Store, q SQSAPI, cfg config.C
 		ts.Overrides = opts.Overrides.Describe(t)
 		if keep := opts.Overrides.Retention(t, cfg.Retention); err == nil && keep.Enabled() {
 			tc := cfg
-			tc.Retention = keep
+			tc.Retention, tc.Policy = keep, opts.Overrides.Policy(t, cfg.Policy)
 			ts.Retention = retentionStatus(ctx, st, tc, t, now)
 		}
 		if err != nil {

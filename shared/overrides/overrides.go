@@ -9,6 +9,9 @@
 //	    retention_5m: 1y
 //	    retention_1h: 2y
 //	    max_series_per_partition: 500000
+//	    downsample: true          # SLUICE_DOWNSAMPLE for the rest
+//	    downsample_raw_span: 40h  # SLUICE_DOWNSAMPLE_RAW_SPAN
+//	    downsample_5m_span: 10d   # SLUICE_DOWNSAMPLE_5M_SPAN
 //	  legacy:
 //	    compaction_disabled: true   # registered, never compacted
 //
@@ -50,6 +53,13 @@ type Limits struct {
 	Retention1h           Duration `yaml:"retention_1h"`
 	CompactionDisabled    bool     `yaml:"compaction_disabled"`
 	MaxSeriesPerPartition uint64   `yaml:"max_series_per_partition"`
+	// Downsample turns downsampling on or off for the tenant (unset: the
+	// deployment's); the spans are the shortest raw and 5m blocks it
+	// downsamples. A raw span longer than the top level's range means
+	// none of its raw blocks ever is.
+	Downsample         *bool    `yaml:"downsample"`
+	DownsampleRawSpan  Duration `yaml:"downsample_raw_span"`
+	DownsampleFiveSpan Duration `yaml:"downsample_5m_span"`
 }
 
 // Duration is a Prometheus duration in YAML ("90d", "2w", "1y").
@@ -141,8 +151,18 @@ func (o Overrides) CompactionDisabled(tenant string) bool {
 
 // Policy is the planning policy for tenant's groups.
 func (o Overrides) Policy(tenant string, base planning.Policy) planning.Policy {
-	if n := o.Tenants[tenant].MaxSeriesPerPartition; n > 0 {
-		base.MaxSeriesPerPartition = n
+	l := o.Tenants[tenant]
+	if l.MaxSeriesPerPartition > 0 {
+		base.MaxSeriesPerPartition = l.MaxSeriesPerPartition
+	}
+	if l.Downsample != nil {
+		base.Downsample = *l.Downsample
+	}
+	if l.DownsampleRawSpan > 0 {
+		base.DownsampleRawSpan = time.Duration(l.DownsampleRawSpan)
+	}
+	if l.DownsampleFiveSpan > 0 {
+		base.DownsampleFiveMinuteSpan = time.Duration(l.DownsampleFiveSpan)
 	}
 	return base
 }
@@ -168,6 +188,11 @@ func (o Overrides) Describe(tenant string) []string {
 	if l.MaxSeriesPerPartition > 0 {
 		out = append(out, fmt.Sprintf("max_series_per_partition %d", l.MaxSeriesPerPartition))
 	}
+	if l.Downsample != nil {
+		out = append(out, fmt.Sprintf("downsample %v", *l.Downsample))
+	}
+	add("downsample_raw_span", l.DownsampleRawSpan)
+	add("downsample_5m_span", l.DownsampleFiveSpan)
 	sort.Strings(out)
 	return out
 }

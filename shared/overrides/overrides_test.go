@@ -18,8 +18,11 @@ overrides:
     retention: 90d
     retention_5m: 1y
     max_series_per_partition: 500000
+    downsample: true
+    downsample_raw_span: 2d
   legacy:
     compaction_disabled: true
+    downsample: false
 `
 
 func TestParse(t *testing.T) {
@@ -44,7 +47,17 @@ func TestParse(t *testing.T) {
 	if p := o.Policy("legacy", planning.Policy{MaxSeriesPerPartition: 7}); p.MaxSeriesPerPartition != 7 {
 		t.Errorf("legacy's partition limit = %d, want the deployment's", p.MaxSeriesPerPartition)
 	}
-	if !o.AnyRetention() || strings.Join(o.Describe("acme"), ", ") != "max_series_per_partition 500000, retention 90d, retention_5m 1y" {
+	deployment := planning.Policy{Downsample: true, DownsampleRawSpan: 40 * time.Hour, DownsampleFiveMinuteSpan: 10 * day}
+	if p := o.Policy("acme", planning.Policy{}); !p.Downsample || p.DownsampleRawSpan != 2*day || p.DownsampleFiveMinuteSpan != 0 {
+		t.Errorf("acme's downsampling = %v, raw span %v, 5m span %v; want on, 2d, the deployment's", p.Downsample, p.DownsampleRawSpan, p.DownsampleFiveMinuteSpan)
+	}
+	if p := o.Policy("legacy", deployment); p.Downsample || p.DownsampleRawSpan != 40*time.Hour {
+		t.Errorf("legacy's downsampling = %v, raw span %v; want off, the deployment's span", p.Downsample, p.DownsampleRawSpan)
+	}
+	if p := o.Policy("other", deployment); !p.Downsample {
+		t.Error("a tenant without overrides does not downsample as the deployment does")
+	}
+	if !o.AnyRetention() || strings.Join(o.Describe("acme"), ", ") != "downsample true, downsample_raw_span 2d, max_series_per_partition 500000, retention 90d, retention_5m 1y" {
 		t.Errorf("describe acme = %v", o.Describe("acme"))
 	}
 	if empty, err := Parse(nil); err != nil || len(empty.Tenants) != 0 {
