@@ -27,6 +27,7 @@ report=${CHAOS_REPORT:-.sluice/chaos-report.txt}
 mkdir -p "$(dirname "$report")" && rm -f "$report"
 status=0
 CHAOS_ENDPOINTS=$(IFS=,; echo "${urls[*]}") AWS_ENDPOINT_URL=${urls[0]} CHAOS_REPORT=$PWD/$report SLUICE_REQUIRE_EMULATOR=1 \
+  CHAOS_DOWNSAMPLE_UPLOADS=${CHAOS_DOWNSAMPLE_UPLOADS:-1} \
   go test ./tests/chaos -run '^TestChaos$' -count=1 -timeout 12h || status=$?
 cat "$report" 2>/dev/null || true
 exit "$status"
