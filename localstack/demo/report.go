@@ -203,6 +203,16 @@ func (r *run) report() {
 			parts = append(parts, fmt.Sprintf("%s %.1f", c.Caller, float64(c.Requests)/float64(r.sum.Uploaded)))
 		}
 		fmt.Fprintf(w, "  per uploaded block, by caller: %s\n", strings.Join(parts, ", "))
+		for _, c := range r.sum.ByCaller {
+			if len(c.Operations) == 0 {
+				continue
+			}
+			var ops []string
+			for _, op := range slices.Sorted(maps.Keys(c.Operations)) {
+				ops = append(ops, fmt.Sprintf("%s %.1f", op, float64(c.Operations[op])/float64(r.sum.Uploaded)))
+			}
+			fmt.Fprintf(w, "    %s: %s\n", c.Caller, strings.Join(ops, ", "))
+		}
 	}
 }
 
