@@ -10,7 +10,9 @@ base=${SLUICE_EMULATOR_PORT:-4566}
 n=${CHAOS_EMULATORS:-2}
 export AWS_REGION="${AWS_REGION:-us-east-1}" AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-test}" AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-test}"
 started=()
+follower=""
 cleanup() {
+  [[ -n $follower ]] && kill "$follower" 2>/dev/null || true
   for port in "${started[@]}"; do SLUICE_EMULATOR_PORT=$port bash localstack/stop.sh || true; done
 }
 trap cleanup EXIT
@@ -24,9 +26,14 @@ for ((i = 0; i < n; i++)); do
   urls+=("http://127.0.0.1:$port")
 done
 report=${CHAOS_REPORT:-.sluice/chaos-report.txt}
-mkdir -p "$(dirname "$report")" && rm -f "$report"
+progress=$report.progress
+mkdir -p "$(dirname "$report")" && rm -f "$report" "$progress"
+# A line per seed as it ends (go test shows a passing run's output only
+# when the run ends).
+tail -n +1 -F "$progress" 2>/dev/null &
+follower=$!
 status=0
-CHAOS_ENDPOINTS=$(IFS=,; echo "${urls[*]}") AWS_ENDPOINT_URL=${urls[0]} CHAOS_REPORT=$PWD/$report SLUICE_REQUIRE_EMULATOR=1 \
+CHAOS_ENDPOINTS=$(IFS=,; echo "${urls[*]}") AWS_ENDPOINT_URL=${urls[0]} CHAOS_REPORT=$PWD/$report CHAOS_PROGRESS=$PWD/$progress SLUICE_REQUIRE_EMULATOR=1 \
   CHAOS_DOWNSAMPLE_UPLOADS=${CHAOS_DOWNSAMPLE_UPLOADS:-1} \
   go test ./tests/chaos -run '^TestChaos$' -count=1 -timeout 12h || status=$?
 cat "$report" 2>/dev/null || true

@@ -50,6 +50,7 @@ var (
 	flagFirst    = flag.Int64("first", envInt("CHAOS_FIRST", 1), "first seed; env CHAOS_FIRST")
 	flagParallel = flag.Int("chaos.parallel", int(envInt("CHAOS_PARALLEL", 6)), "seeds run at once; env CHAOS_PARALLEL")
 	flagReport   = flag.String("report", os.Getenv("CHAOS_REPORT"), "also write the report to this file; env CHAOS_REPORT")
+	flagProgress = flag.String("progress", os.Getenv("CHAOS_PROGRESS"), "append a line to this file as each seed ends (go test shows a passing run's output only at its end); env CHAOS_PROGRESS")
 	// flagUploads has a third of the downsampling seeds downsample the 2h
 	// uploads themselves. Off in make test: those seeds do about twice
 	// the work, and beside the other integration tests on one emulator
@@ -157,6 +158,41 @@ func uncovered(results []result) []string {
 	return out
 }
 
+// progress appends a line to a file as each seed ends: scripts/chaos.sh
+// follows it, since go test prints a passing run's output only at its end.
+type progress struct {
+	path        string
+	total, done int
+	started     time.Time
+}
+
+func newProgress(path string, total int) *progress {
+	if path != "" {
+		_ = os.MkdirAll(filepath.Dir(path), 0o755)
+		_ = os.WriteFile(path, nil, 0o644)
+	}
+	return &progress{path: path, total: total, started: time.Now()}
+}
+
+// seedDone records one seed's end; its caller serialises the calls.
+func (p *progress) seedDone(seed int64, ok bool, took time.Duration, failed int) {
+	p.done++
+	if p.path == "" {
+		return
+	}
+	outcome := "ok"
+	if !ok {
+		outcome = "FAILED"
+	}
+	f, err := os.OpenFile(p.path, os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "chaos: seed %d %s in %s (%d/%d done, %d failed, %s elapsed)\n",
+		seed, outcome, took.Round(time.Second), p.done, p.total, failed, time.Since(p.started).Round(time.Second))
+}
+
 // tally sums one count over the seeds, and counts the seeds where it is
 // not zero.
 func tally(results []result, count func(result) int) (total, seeds int) {
@@ -218,28 +254,43 @@ func TestChaos(t *testing.T) {
 		results []result
 		failed  []int64
 	)
+	progress := newProgress(*flagProgress, len(seeds))
+	// A seed starts on the emulator running the fewest seeds: seeds differ
+	// in cost several times over, and a fixed assignment left one
+	// emulator idle while the other, at a full core, had six.
+	running := make([]int, len(emus))
 	sem := make(chan struct{}, max(*flagParallel, 1))
 	var wg sync.WaitGroup
-	for i, seed := range seeds {
-		emu := emus[i%len(emus)]
+	for _, seed := range seeds {
 		wg.Add(1)
 		sem <- struct{}{}
+		mu.Lock()
+		e := 0
+		for i := range running {
+			if running[i] < running[e] {
+				e = i
+			}
+		}
+		running[e]++
+		mu.Unlock()
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
 			var res result
 			ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-				res = runSeed(t, seed, emu, pl)
+				res = runSeed(t, seed, emus[e], pl)
 				if t.Failed() {
 					t.Logf("replay this seed: %s", replayCommand(seed))
 				}
 			})
 			mu.Lock()
 			defer mu.Unlock()
+			running[e]--
 			results = append(results, res)
 			if !ok {
 				failed = append(failed, seed)
 			}
+			progress.seedDone(seed, ok, res.took, len(failed))
 		}()
 	}
 	wg.Wait()
