@@ -163,7 +163,15 @@ func (c Compact) downsample(ctx context.Context, head records.Group, parts []int
 	}
 	defer os.RemoveAll(scratch)
 	started := time.Now()
-	dirs, indexRead, err := c.download(ctx, head, parts, []records.Block{src}, scratch, log)
+	// The source is read for output partition outID of outCount, which
+	// it always holds; asked for job partition part of m, the download's
+	// skip rule would leave out the index of a partitioned source whose
+	// partition holds none of part of m by hash (chaos seeds 221, 274:
+	// the job then failed on the missing index and the block was
+	// quarantined).
+	whole := head
+	whole.Partitions = outCount
+	dirs, indexRead, err := c.download(ctx, whole, []int{outID}, []records.Block{src}, scratch, log)
 	if err != nil {
 		return nil, err
 	}
