@@ -169,9 +169,9 @@ func (c Compact) downsample(ctx context.Context, head records.Group, parts []int
 	// partition holds none of part of m by hash (chaos seeds 221, 274:
 	// the job then failed on the missing index and the block was
 	// quarantined).
-	whole := head
-	whole.Partitions = outCount
-	dirs, indexRead, err := c.download(ctx, whole, []int{outID}, []records.Block{src}, scratch, log)
+	asOutput := head
+	asOutput.Partitions = outCount
+	dirs, indexRead, err := c.download(ctx, asOutput, []int{outID}, []records.Block{src}, scratch, log)
 	if err != nil {
 		return nil, err
 	}
