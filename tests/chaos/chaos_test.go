@@ -161,9 +161,9 @@ func uncovered(results []result) []string {
 // progress appends a line to a file as each seed ends: scripts/chaos.sh
 // follows it, since go test prints a passing run's output only at its end.
 type progress struct {
-	path        string
-	total, done int
-	started     time.Time
+	path    string
+	total   int
+	started time.Time
 }
 
 func newProgress(path string, total int) *progress {
@@ -174,9 +174,9 @@ func newProgress(path string, total int) *progress {
 	return &progress{path: path, total: total, started: time.Now()}
 }
 
-// seedDone records one seed's end; its caller serialises the calls.
-func (p *progress) seedDone(seed int64, ok bool, took time.Duration, failed int) {
-	p.done++
+// seedDone records one seed's end, done seeds having ended so far; its
+// caller serialises the calls.
+func (p *progress) seedDone(seed int64, ok bool, took time.Duration, done, failed int) {
 	if p.path == "" {
 		return
 	}
@@ -190,7 +190,7 @@ func (p *progress) seedDone(seed int64, ok bool, took time.Duration, failed int)
 	}
 	defer f.Close()
 	fmt.Fprintf(f, "chaos: seed %d %s in %s (%d/%d done, %d failed, %s elapsed)\n",
-		seed, outcome, took.Round(time.Second), p.done, p.total, failed, time.Since(p.started).Round(time.Second))
+		seed, outcome, took.Round(time.Second), done, p.total, failed, time.Since(p.started).Round(time.Second))
 }
 
 // tally sums one count over the seeds, and counts the seeds where it is
@@ -222,7 +222,11 @@ type result struct {
 }
 
 func replayCommand(seed int64) string {
-	return fmt.Sprintf("CHAOS_SEED=%d go test ./tests/chaos -run TestChaos -count=1 -v", seed)
+	env := ""
+	if *flagUploads {
+		env = "CHAOS_DOWNSAMPLE_UPLOADS=1 " // the seed's workload depends on it
+	}
+	return fmt.Sprintf("%sCHAOS_SEED=%d go test ./tests/chaos -run TestChaos -count=1 -v", env, seed)
 }
 
 // TestChaos runs the seeds, several at once, each in its own deployment,
@@ -290,7 +294,7 @@ func TestChaos(t *testing.T) {
 			if !ok {
 				failed = append(failed, seed)
 			}
-			progress.seedDone(seed, ok, res.took, len(failed))
+			progress.seedDone(seed, ok, res.took, len(results), len(failed))
 		}()
 	}
 	wg.Wait()
