@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -339,5 +340,74 @@ func TestBigBlockIsDownsampledInPartitions(t *testing.T) {
 		return g.Downsample == raw.ID && g.State == string(protocol.GroupRetired) && g.Partitions == 4
 	}) {
 		t.Errorf("status shows no retired 4-partition downsample of %s: %+v", raw.ID, rep.Tenants[0].Groups)
+	}
+}
+
+// A block that is itself a partition, too big to downsample in one job:
+// two 4h uploads of 16 series compact to an 8h block in two partitions
+// (8 series each at most, as estimated), and hashing gives one of them
+// more than the 8 a job may hold, so its downsample is written in
+// partitions too — of partition p of 2, the partitions p + 2·j of 4. Each
+// job must read the source (chaos seeds 221 and 274: it left out the
+// index, and the job failed until the healthy block was quarantined).
+func TestPartitionIsDownsampledInPartitions(t *testing.T) {
+	t.Parallel()
+	w := testworld.New(t, testworld.Options{Configure: func(c *config.Config) {
+		c.Policy.Ranges = []time.Duration{4 * time.Hour, 8 * time.Hour}
+		c.Policy.Downsample = true
+		c.Policy.DownsampleRawSpan = 6 * time.Hour
+		c.Policy.MaxSeriesPerPartition = 8
+		c.Policy.SeriesChurn = 0.01 // the 8h block's 16 series: two partitions
+	}})
+	ctx := context.Background()
+	for _, b := range w.Generate(blockgen.Options{Tenant: "acme", Start: day(), Blocks: 2, BlockRange: 4 * time.Hour, Series: 16, SamplesPerSeries: 240,
+		Seed: 221, ThanosFiles: true}) {
+		w.Upload(ctx, "acme", b.Dir)
+	}
+	rawPartitions := func(ctx context.Context) []records.Block {
+		var raw []records.Block
+		for _, b := range w.Blocks(ctx, "acme") {
+			if !isDownsample(b) && b.State == protocol.BlockLive && b.PartitionCount > 1 {
+				raw = append(raw, b)
+			}
+		}
+		return raw
+	}
+	settleUntil(t, w, func(ctx context.Context) (bool, error) {
+		for _, b := range w.Blocks(ctx, "acme") {
+			if b.State == protocol.BlockQuarantined {
+				return false, fmt.Errorf("block %s is quarantined", b.ID)
+			}
+		}
+		raw := rawPartitions(ctx)
+		return len(raw) > 1 && !slices.ContainsFunc(raw, func(b records.Block) bool { return b.Downsampled != planning.Resolution5m }), nil
+	}, "acme")
+	raw := rawPartitions(ctx)
+	var rawSeries, series uint64
+	for _, b := range raw {
+		rawSeries += b.Series
+	}
+	byCount := map[int]int{}
+	for _, b := range w.Blocks(ctx, "acme") {
+		if !isDownsample(b) || b.State != protocol.BlockLive {
+			continue
+		}
+		series += b.Series
+		byCount[b.PartitionCount]++
+		src := slices.IndexFunc(raw, func(r records.Block) bool {
+			return b.PartitionID%r.PartitionCount == r.PartitionID && b.MinT == r.MinT && b.MaxT == r.MaxT
+		})
+		if src < 0 {
+			t.Errorf("5m block %s (partition %d of %d, [%d, %d)) is no partition of a raw partition %+v", b.ID, b.PartitionID, b.PartitionCount, b.MinT, b.MaxT, raw)
+		}
+	}
+	if byCount[4] < 2 || series != rawSeries {
+		t.Fatalf("live 5m blocks by partition count %v, holding %d series; want a source's downsample in partitions of 4, holding the raw partitions' %d", byCount, series, rawSeries)
+	}
+	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if w.ChecksMade()[testworld.CheckDownsampled] == 0 {
+		t.Fatal("the downsampled partitions were not held to the raw samples")
 	}
 }
