@@ -40,7 +40,7 @@ type handler func(ctx context.Context, ev events.SQSEvent) (events.SQSEventRespo
 //     deduplication ids remembered for five minutes, deleted or not;
 //   - standard queue: no order at all (the scheduler shuffles);
 //   - batches of up to BatchSize, at most MaxConcurrency invocations per
-//     queue; after maxReceive receives a message goes to the DLQ;
+//     queue; after the queue's MaxReceiveCount receives a message goes to the DLQ;
 //   - DelaySeconds.
 type bus struct {
 	rng        *rand.Rand // under mu
@@ -59,15 +59,18 @@ type bus struct {
 }
 
 type simQueue struct {
-	name    string // the consuming function
-	url     string
-	fifo    bool
-	batch   int
-	conc    int
-	handler handler
-	msgs    []*simMsg
-	dedup   map[string]time.Time
-	running int
+	name  string // the consuming function
+	url   string
+	fifo  bool
+	batch int
+	conc  int
+	// maxReceive: after this many receives a message goes to the DLQ
+	// (the deployment's MaxReceiveCount).
+	maxReceive int
+	handler    handler
+	msgs       []*simMsg
+	dedup      map[string]time.Time
+	running    int
 }
 
 type simMsg struct {
@@ -77,8 +80,6 @@ type simMsg struct {
 	receipt         int
 	sent            time.Time
 }
-
-const maxReceive = 5
 
 // newBus returns a bus whose in-flight messages stay invisible for
 // visibility — longer than any handler runs, as Lambda requires (6 × the
@@ -90,8 +91,8 @@ func newBus(seed int64, p *plan, visibility, retry time.Duration) *bus {
 		byURL: map[string]*simQueue{}, wake: make(chan struct{}, 1)}
 }
 
-func (b *bus) addQueue(name, url string, fifo bool, batch, conc int, h handler) {
-	q := &simQueue{name: name, url: url, fifo: fifo, batch: batch, conc: conc, handler: h, dedup: map[string]time.Time{}}
+func (b *bus) addQueue(name, url string, fifo bool, batch, conc, maxReceive int, h handler) {
+	q := &simQueue{name: name, url: url, fifo: fifo, batch: batch, conc: conc, maxReceive: maxReceive, handler: h, dedup: map[string]time.Time{}}
 	b.queues = append(b.queues, q)
 	b.byURL[url] = q
 }
@@ -216,7 +217,7 @@ func (b *bus) pick() []delivery {
 				if b.plan.hit(withBudget(context.Background(), b.plan.budget(m.id)), fShortVisible, "short-visible "+q.name, m.body, pShortVisible) {
 					m.visibleAt = now.Add(time.Duration(200+b.rng.IntN(800)) * time.Millisecond)
 				}
-				if m.receives > maxReceive {
+				if m.receives > q.maxReceive {
 					b.dlq = append(b.dlq, q.name+": "+m.body)
 					q.remove(m)
 					continue

@@ -396,7 +396,7 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 	sched.deps = d
 	for _, q := range w.Env.Deployment.Resources.Queues {
 		name := string(q.Consumer)
-		b.addQueue(name, w.Env.Deployment.QueueURLs[q.ID], q.FIFO, q.BatchSize, min(q.MaxConcurrency, 4),
+		b.addQueue(name, w.Env.Deployment.QueueURLs[q.ID], q.FIFO, q.BatchSize, min(q.MaxConcurrency, 4), q.MaxReceiveCount,
 			sched.wrap(name, functionHandler(name, d)))
 	}
 
