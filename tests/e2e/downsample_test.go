@@ -279,12 +279,7 @@ func sameBytesAsTheEngine(ctx context.Context, t *testing.T, w *testworld.World,
 // raw block is recorded downsampled and kept.
 func TestBigBlockIsDownsampledInPartitions(t *testing.T) {
 	t.Parallel()
-	w := testworld.New(t, testworld.Options{Configure: func(c *config.Config) {
-		c.Policy.Ranges = []time.Duration{4 * time.Hour, 8 * time.Hour}
-		c.Policy.Downsample = true
-		c.Policy.DownsampleRawSpan = 6 * time.Hour
-		c.Policy.MaxSeriesPerPartition = 8
-	}})
+	w := testworld.New(t, testworld.Options{Configure: smallDownsampleJobs})
 	ctx := context.Background()
 	blocks := w.Generate(blockgen.Options{Tenant: "acme", Start: day(), Blocks: 1, BlockRange: 8 * time.Hour, Series: 25, SamplesPerSeries: 480,
 		Seed: 83, ThanosFiles: true, Histograms: true})
@@ -343,6 +338,14 @@ func TestBigBlockIsDownsampledInPartitions(t *testing.T) {
 	}
 }
 
+// smallDownsampleJobs downsamples 8h raw blocks, 8 series to a job.
+func smallDownsampleJobs(c *config.Config) {
+	c.Policy.Ranges = []time.Duration{4 * time.Hour, 8 * time.Hour}
+	c.Policy.Downsample = true
+	c.Policy.DownsampleRawSpan = 6 * time.Hour
+	c.Policy.MaxSeriesPerPartition = 8
+}
+
 // A block that is itself a partition, too big to downsample in one job:
 // two 4h uploads of 16 series compact to an 8h block in two partitions
 // (8 series each at most, as estimated), and hashing gives one of them
@@ -353,10 +356,7 @@ func TestBigBlockIsDownsampledInPartitions(t *testing.T) {
 func TestPartitionIsDownsampledInPartitions(t *testing.T) {
 	t.Parallel()
 	w := testworld.New(t, testworld.Options{Configure: func(c *config.Config) {
-		c.Policy.Ranges = []time.Duration{4 * time.Hour, 8 * time.Hour}
-		c.Policy.Downsample = true
-		c.Policy.DownsampleRawSpan = 6 * time.Hour
-		c.Policy.MaxSeriesPerPartition = 8
+		smallDownsampleJobs(c)
 		c.Policy.SeriesChurn = 0.01 // the 8h block's 16 series: two partitions
 	}})
 	ctx := context.Background()
