@@ -123,11 +123,16 @@ const (
 // one seed is not held to it).
 const coverageSeeds = 20
 
+// fullCoverageSeeds is the smallest run that must also show the
+// load-dependent fault kinds (make chaos runs 300).
+const fullCoverageSeeds = 100
+
 // checkLiveness is the run's own check: the seed settled, nothing in a DLQ.
 const checkLiveness = "liveness: settled, DLQs empty (per seed)"
 
 // uncovered lists the fault kinds never injected and the checks never made
-// in results.
+// in results; the load-dependent kinds count only in a run of
+// fullCoverageSeeds or more.
 func uncovered(results []result) []string {
 	faults, checks := map[string]int{}, map[string]int{}
 	for _, r := range results {
@@ -138,8 +143,12 @@ func uncovered(results []result) []string {
 			checks[k] += v
 		}
 	}
+	kinds := faultKinds()
+	if len(results) >= fullCoverageSeeds {
+		kinds = append(kinds, loadDependentFaultKinds()...)
+	}
 	var out []string
-	for _, k := range faultKinds() {
+	for _, k := range kinds {
 		if faults[k] == 0 {
 			out = append(out, "fault never injected: "+k)
 		}

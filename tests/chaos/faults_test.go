@@ -58,16 +58,27 @@ const (
 	fLongTenant      = "tenant id of 150 characters"
 )
 
-// faultKinds lists every kind above: a run of coverageSeeds seeds or more
-// must inject each at least once (TestChaos fails otherwise), so a fault
-// whose injection a change silently disabled is noticed.
+// faultKinds lists every kind above but the load-dependent ones: a run of
+// coverageSeeds seeds or more must inject each at least once (TestChaos
+// fails otherwise), so a fault whose injection a change silently disabled
+// is noticed.
 func faultKinds() []string {
 	return []string{
 		fCrashBeforeS3, fCrashAfterS3, fThrottleS3, fCrashBeforeDB, fCrashAfterDB, fThrottleDB,
 		fCrashBeforeSend, fCrashAfterSend, fCrashAtStep, fStall, fShortVisible, fDelayDelivery,
-		fDupConcurrent, fDupSequential, fSkewedTakeover, fClockJump, fLateDup, fZombie, fIdleJump,
+		fDupConcurrent, fDupSequential, fSkewedTakeover, fClockJump, fLateDup, fZombie,
 		fDupEvent, fReupload, fLateBlock, fShuffledUploads, fDeadline, fCorruptSource, fTwoStreams, fLongTenant,
 	}
+}
+
+// loadDependentFaultKinds are injected by the state a seed reaches, not by
+// its dice, and how often depends on the machine's load: an idle jump
+// happens only when the pipeline waits for time with nothing running, and
+// on a loaded machine the random clock jumps pass those deadlines first
+// (a 300-seed run made 458 idle jumps; make test's 20 seeds on a loaded CI
+// machine made none). Only a run of fullCoverageSeeds must show them.
+func loadDependentFaultKinds() []string {
+	return []string{fIdleJump}
 }
 
 // Probabilities per occasion (a call, a step, a delivery). A message gets
