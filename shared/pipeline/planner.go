@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/blockcheck"
 	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/blockmeta"
+	"github.com/sluice-dev/sluice/shared/compaction"
 	"github.com/sluice-dev/sluice/shared/logattr"
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/metrics"
@@ -43,6 +45,7 @@ type plannerRecords interface {
 	Claim(ctx context.Context, g records.Group, srcs []records.Block, now time.Time) error
 	CreateVersion(ctx context.Context, prev, next records.Group, now, prevOrphansAt time.Time) error
 	GetGroup(ctx context.Context, tenant string, g planning.GroupKey) (records.Group, bool, error)
+	GetGroups(ctx context.Context, tenant string, gs []planning.GroupKey) (map[planning.GroupKey]records.Group, error)
 	GetStream(ctx context.Context, tenant, id string) (records.StreamRecord, bool, error)
 	HonourDeletionMark(ctx context.Context, b records.Block, retireAt, now time.Time) (int64, error)
 	NoteForeignMark(ctx context.Context, b records.Block, from protocol.BlockState, file, vid string, markedAt, now time.Time) error
@@ -126,9 +129,14 @@ func (p Planner) handleObject(ctx context.Context, o s3event.ObjectCreated) erro
 		}
 		return err
 	}
-	b, known, err := p.records().GetBlock(ctx, k.Tenant, k.Block.String())
-	if err != nil {
-		return err
+	var (
+		b     records.Block
+		known bool
+	)
+	if mayBeRegistered(body) {
+		if b, known, err = p.records().GetBlock(ctx, k.Tenant, k.Block.String()); err != nil {
+			return err
+		}
 	}
 	if !known {
 		b, err = p.register(ctx, k, body, vid, log)
@@ -153,6 +161,33 @@ func (p Planner) handleObject(ctx context.Context, o s3event.ObjectCreated) erro
 		return nil
 	}
 	return p.planFor(ctx, b)
+}
+
+// mayBeRegistered tells, from its meta.json, whether a block may be
+// registered already before its event: a compactor's output (Sluice
+// registers its own before they are published) or a downsampled block.
+// An upload (a sidecar's, a receiver's, a ruler's, promtool's: level 1,
+// raw) is almost always new, so the planner registers it without reading
+// its record first; the registration's condition (no record of this
+// block) catches the rare duplicate event or re-upload, which is then
+// read and recognised as before. It only orders two reads: either answer
+// is safe.
+func mayBeRegistered(body []byte) bool {
+	var m struct {
+		Compaction struct {
+			Level int `json:"level"`
+		} `json:"compaction"`
+		Thanos *struct {
+			Source     string `json:"source"`
+			Downsample struct {
+				Resolution int64 `json:"resolution"`
+			} `json:"downsample"`
+		} `json:"thanos"`
+	}
+	if err := json.Unmarshal(body, &m); err != nil {
+		return false // registered REJECTED, or recognised when it exists
+	}
+	return m.Compaction.Level > 1 || (m.Thanos != nil && (m.Thanos.Source == compaction.SourceCompactor || m.Thanos.Downsample.Resolution > 0))
 }
 
 // recognise handles an event for a block that is already registered: a
@@ -523,19 +558,16 @@ func (p Planner) planFor(ctx context.Context, b records.Block) error {
 			}
 		}
 	}
-	var lookupErr error
-	heads := map[planning.GroupKey]records.Group{}
-	g, ok := p.Config.Policy.Target(b.Stream, b.Level, b.MinT, b.MaxT, func(g planning.GroupKey) bool {
-		head, found, err := p.records().GetGroup(ctx, b.Tenant, g)
-		if err != nil {
-			lookupErr = err
-		}
-		heads[g] = head
-		return found && head.EverCompleted
-	})
-	if lookupErr != nil {
-		return lookupErr
+	// Every level above the block is read at once (one BatchGetItem
+	// where a GetItem each would be two or three), after the block's
+	// registration as before: Target then asks only the map.
+	heads, err := p.groupHeads(ctx, b.Tenant, p.Config.Policy.TargetCandidates(b.Stream, b.Level, b.MinT, b.MaxT))
+	if err != nil {
+		return err
 	}
+	g, ok := p.Config.Policy.Target(b.Stream, b.Level, b.MinT, b.MaxT, func(g planning.GroupKey) bool {
+		return heads[g].EverCompleted
+	})
 	if !ok {
 		p.Logger.DebugContext(ctx, "block has no group to go to", logattr.Block(b.Tenant, b.ID), "level", b.Level)
 		return nil
@@ -545,6 +577,26 @@ func (p Planner) planFor(ctx context.Context, b records.Block) error {
 		read = &head // just read by Target: planning starts from it
 	}
 	return p.planGroup(ctx, b.Tenant, g, read)
+}
+
+// groupHeads reads the heads of gs: one GetItem for one group, one
+// BatchGetItem for more. A group with no head yet maps to the zero Group,
+// which planning starts from as it is.
+func (p Planner) groupHeads(ctx context.Context, tenant string, gs []planning.GroupKey) (map[planning.GroupKey]records.Group, error) {
+	heads := map[planning.GroupKey]records.Group{}
+	if len(gs) == 1 {
+		head, _, err := p.records().GetGroup(ctx, tenant, gs[0])
+		heads[gs[0]] = head
+		return heads, err
+	}
+	found, err := p.records().GetGroups(ctx, tenant, gs)
+	if err != nil {
+		return nil, err
+	}
+	for _, g := range gs {
+		heads[g] = found[g]
+	}
+	return heads, nil
 }
 
 // disabledRecheck is how often a range of a tenant whose compaction the

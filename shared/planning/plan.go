@@ -286,6 +286,20 @@ func (p Policy) Target(st string, level int, minT, maxT int64, completed func(Gr
 	return GroupKey{}, false
 }
 
+// TargetCandidates are the groups Target may ask completed about for the
+// same block: one per level above it whose range holds the block, top
+// level first. A caller reads them together before calling Target.
+func (p Policy) TargetCandidates(st string, level int, minT, maxT int64) []GroupKey {
+	p = p.Defaults()
+	var out []GroupKey
+	for k := p.TopLevel(); k > level; k-- {
+		if g, fits := p.GroupFor(st, k, minT, maxT); fits {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
 // Parent is the next level's group holding g's range, and false at the
 // top level. A split's is the level-1 group holding its block's minTime;
 // a downsample's has no parent: its output's group is planned from the

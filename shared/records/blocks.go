@@ -103,35 +103,54 @@ func (st *Store) GetBlock(ctx context.Context, tenant, id string) (b Block, ok b
 // agenda entries of one block, which a crash between their put and
 // delete leaves, must not fail on it).
 func (st *Store) GetBlocks(ctx context.Context, tenant string, ids []string) ([]Block, error) {
-	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
-	var out []Block
-	for start := 0; start < len(ids); start += 100 {
-		end := min(start+100, len(ids))
+	sks := make([]string, 0, len(ids))
+	for _, id := range ids {
+		sks = append(sks, blockSK(id))
+	}
+	items, err := st.batchGet(ctx, tenantPK(tenant), sks)
+	if err != nil {
+		return nil, fmt.Errorf("read blocks of %s: %w", tenant, err)
+	}
+	out := make([]Block, 0, len(items))
+	for _, it := range items {
+		var b Block
+		if err := attributevalue.UnmarshalMap(it, &b); err != nil {
+			return nil, fmt.Errorf("decode block of %s: %w", tenant, err)
+		}
+		if err := st.loadMeta(ctx, &b); err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// batchGet reads the items of pk with the given sort keys (strongly
+// consistent), a hundred to a BatchGetItem, re-asking for the keys
+// DynamoDB leaves unprocessed. Keys not found are left out, and a key
+// given twice is read once (DynamoDB refuses a batch naming a key twice).
+func (st *Store) batchGet(ctx context.Context, pk string, sks []string) ([]map[string]types.AttributeValue, error) {
+	sks = slices.Compact(slices.Sorted(slices.Values(sks)))
+	var out []map[string]types.AttributeValue
+	for start := 0; start < len(sks); start += 100 {
+		end := min(start+100, len(sks))
 		keys := make([]map[string]types.AttributeValue, 0, end-start)
-		for _, id := range ids[start:end] {
-			keys = append(keys, key(tenantPK(tenant), blockSK(id)))
+		for _, sk := range sks[start:end] {
+			keys = append(keys, key(pk, sk))
 		}
 		req := map[string]types.KeysAndAttributes{st.table: {Keys: keys, ConsistentRead: aws.Bool(true)}}
 		for backoff := 10 * time.Millisecond; len(req) > 0; backoff *= 2 {
 			var res *dynamodb.BatchGetItemOutput
-			err := st.retry(ctx, "batch get blocks", func() error {
+			err := st.retry(ctx, "batch get "+pk, func() error {
 				var err error
 				res, err = st.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
 				return err
 			})
 			if err != nil {
-				return nil, fmt.Errorf("read blocks of %s: %w", tenant, err)
+				return nil, err
 			}
-			for _, it := range res.Responses[st.table] {
-				var b Block
-				if err := attributevalue.UnmarshalMap(it, &b); err != nil {
-					return nil, fmt.Errorf("decode block of %s: %w", tenant, err)
-				}
-				if err := st.loadMeta(ctx, &b); err != nil {
-					return nil, err
-				}
-				out = append(out, b)
-			}
+			out = append(out, res.Responses[st.table]...)
 			req = res.UnprocessedKeys
 			if len(req) > 0 {
 				if err := sleep(ctx, backoff); err != nil {
@@ -140,7 +159,6 @@ func (st *Store) GetBlocks(ctx context.Context, tenant string, ids []string) ([]
 			}
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
 }
 

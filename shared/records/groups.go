@@ -26,6 +26,33 @@ func (st *Store) GetGroup(ctx context.Context, tenant string, g planning.GroupKe
 	return out, ok, err
 }
 
+// GetGroups reads the heads of groups gs of tenant (strongly consistent)
+// in one request where one GetGroup each would make several: the planner
+// looks at every level above a block at once. Groups with no head are
+// absent from the map.
+func (st *Store) GetGroups(ctx context.Context, tenant string, gs []planning.GroupKey) (map[planning.GroupKey]Group, error) {
+	sks := make([]string, 0, len(gs))
+	for _, g := range gs {
+		sks = append(sks, groupSK(g))
+	}
+	items, err := st.batchGet(ctx, tenantPK(tenant), sks)
+	if err != nil {
+		return nil, fmt.Errorf("read groups of %s: %w", tenant, err)
+	}
+	out := make(map[planning.GroupKey]Group, len(items))
+	for _, it := range items {
+		var g Group
+		if err := attributevalue.UnmarshalMap(it, &g); err != nil {
+			return nil, fmt.Errorf("decode group of %s: %w", tenant, err)
+		}
+		if g.Key, err = planning.ParseGroupKey(g.KeyString); err != nil {
+			return nil, err
+		}
+		out[g.Key] = g
+	}
+	return out, nil
+}
+
 // TenantGroups reads every group head of a tenant (status, sweeps).
 func (st *Store) TenantGroups(ctx context.Context, tenant string) ([]Group, error) {
 	items, err := st.query(ctx, tenantPK(tenant), "G#")

@@ -405,3 +405,37 @@ func TestGetBlocksReadsAnIDGivenTwiceOnce(t *testing.T) {
 		t.Fatalf("read %d blocks: %v; want %s and %s once each", len(got), got, a.ID, b.ID)
 	}
 }
+
+// GetGroups reads the heads asked for (and only heads: a version's
+// partition items share their prefix), leaves out groups with none, and
+// reads a group named twice once.
+func TestGetGroupsReadsHeadsTogether(t *testing.T) {
+	w := newWorld(t)
+	b := w.block("01HK3QGM00JS67MS0A0DFMSX3V", protocol.BlockLive)
+	v1 := w.planned(records.Group{}, []records.Block{b}, 3)
+	g2 := planning.GroupKey{Stream: g12.Stream, Level: 2, RangeStart: g12.RangeStart}
+	none := planning.GroupKey{Stream: g12.Stream, Level: 3, RangeStart: g12.RangeStart}
+	if err := w.store.CreateVersion(w.ctx, records.Group{}, records.Group{Tenant: "acme", Key: g2, Version: 1, State: protocol.GroupClaiming,
+		CreatedAt: w.now.UnixMilli(), Partitions: 1, Sources: []string{"X"}}, w.now, w.now); err != nil {
+		t.Fatal(err)
+	}
+	got, err := w.store.GetGroups(w.ctx, "acme", []planning.GroupKey{none, g12, g2, g12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("read %d heads: %v; want the heads of %s and %s", len(got), got, g12, g2)
+	}
+	if h := got[g12]; h.Version != v1.Version || h.State != protocol.GroupPlanned || h.Partitions != 3 || h.Key != g12 {
+		t.Errorf("head of %s = v%d %s with %d partitions (key %s); want v1 PLANNED with 3", g12, h.Version, h.State, h.Partitions, h.Key)
+	}
+	if h := got[g2]; h.Version != 1 || h.State != protocol.GroupClaiming {
+		t.Errorf("head of %s = v%d %s; want v1 CLAIMING", g2, h.Version, h.State)
+	}
+	for _, g := range []planning.GroupKey{g12, g2} {
+		one, ok, err := w.store.GetGroup(w.ctx, "acme", g)
+		if err != nil || !ok || one.Version != got[g].Version || one.State != got[g].State {
+			t.Errorf("GetGroup(%s) = v%d %s (%v, %v); GetGroups read v%d %s", g, one.Version, one.State, ok, err, got[g].Version, got[g].State)
+		}
+	}
+}

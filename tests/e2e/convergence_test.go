@@ -48,10 +48,12 @@ func TestConvergence(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(7, 7))
 	rng.Shuffle(len(ups), func(i, j int) { ups[i], ups[j] = ups[j], ups[i] })
+	dups := 0
 	for i, u := range ups {
 		w.Upload(ctx, u.tenant, u.dir)
 		if i%5 == 0 {
 			w.DuplicateEvent(ctx, u.tenant, u.dir)
+			dups++
 		}
 	}
 
@@ -103,13 +105,15 @@ func TestConvergence(t *testing.T) {
 		total += c.N
 		t.Logf("requests: %-36s %5d  (%.1f per uploaded block)", c.Operation, c.N, float64(c.N)/float64(len(ups)))
 		// One LIST of a block's own prefix per registration (it replaces
-		// a HEAD per file), orphan sweeps of partitions leased twice, and
-		// nothing wider than one block.
+		// a HEAD per file) and per duplicate event of an upload (the
+		// planner registers an upload without reading its record first;
+		// the duplicate's registration loses its condition), orphan sweeps
+		// of partitions leased twice, and nothing wider than one block.
 		if strings.HasSuffix(c.Operation, awsenv.WiderThanABlock) {
 			t.Errorf("the pipeline listed more than one block's prefix: %s × %d", c.Operation, c.N)
 		}
-		if strings.HasPrefix(c.Operation, "S3 List") && c.N > len(ups)+len(ups)/4 {
-			t.Errorf("the pipeline listed %d times for %d uploaded blocks: %s", c.N, len(ups), c.Operation)
+		if strings.HasPrefix(c.Operation, "S3 List") && c.N > len(ups)+dups+len(ups)/4 {
+			t.Errorf("the pipeline listed %d times for %d uploaded blocks and %d duplicate events: %s", c.N, len(ups), dups, c.Operation)
 		}
 	}
 	t.Logf("requests: %d in all for %d uploaded blocks: %.1f per block", total, len(ups), float64(total)/float64(len(ups)))
