@@ -111,16 +111,9 @@ func (st *Store) GetBlocks(ctx context.Context, tenant string, ids []string) ([]
 	if err != nil {
 		return nil, fmt.Errorf("read blocks of %s: %w", tenant, err)
 	}
-	out := make([]Block, 0, len(items))
-	for _, it := range items {
-		var b Block
-		if err := attributevalue.UnmarshalMap(it, &b); err != nil {
-			return nil, fmt.Errorf("decode block of %s: %w", tenant, err)
-		}
-		if err := st.loadMeta(ctx, &b); err != nil {
-			return nil, err
-		}
-		out = append(out, b)
+	out, err := st.decodeBlocks(ctx, tenant, items)
+	if err != nil {
+		return nil, err
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
@@ -197,6 +190,11 @@ func (st *Store) TenantBlocks(ctx context.Context, tenant string) ([]Block, erro
 	if err != nil {
 		return nil, err
 	}
+	return st.decodeBlocks(ctx, tenant, items)
+}
+
+// decodeBlocks decodes block items of tenant, their meta.json with them.
+func (st *Store) decodeBlocks(ctx context.Context, tenant string, items []map[string]types.AttributeValue) ([]Block, error) {
 	out := make([]Block, 0, len(items))
 	for _, it := range items {
 		var b Block
