@@ -80,6 +80,10 @@ type Deps struct {
 	// Overrides caches the per-tenant runtime configuration
 	// (shared/overrides); nil means none.
 	Overrides *overrides.Cache
+	// OpContext, when set, gives each block op of an uploader batch the
+	// context it runs under (a test's monitor names the op there); nil
+	// means the batch's.
+	OpContext func(context.Context, messages.BlockOp) context.Context
 }
 
 // overrides is the per-tenant runtime configuration now in force. A bad

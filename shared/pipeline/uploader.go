@@ -56,6 +56,9 @@ func (u Uploader) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		}
 		switch v := msg.(type) {
 		case messages.BlockOp:
+			if u.OpContext != nil {
+				ctx = u.OpContext(ctx, v)
+			}
 			return u.execute(ctx, v, read)
 		case messages.IndexRequest:
 			return u.WriteIndex(ctx, v)

@@ -402,6 +402,7 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 	}}), p: p}
 	d.Send = messages.Sender{SQS: awslimits.SQS{SQSSender: &faultSQS{SQS: b, p: p}, Refused: w.Pipeline.Refused}, Queues: w.Config.Queues}
 	d.Hook = testworld.ChainHooks(sched.hook, mon.Hook)
+	d.OpContext = opContext
 	sched.deps = d
 	for _, q := range w.Env.Deployment.Resources.Queues {
 		name := string(q.Consumer)

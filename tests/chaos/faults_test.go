@@ -513,6 +513,9 @@ type scheduler struct {
 
 func (s *scheduler) wrap(name string, h handler) handler {
 	return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+		if name == "uploader" && len(ev.Records) > 1 {
+			return s.uploaderBatch(ctx, h, ev)
+		}
 		var resp events.SQSEventResponse
 		failed := map[string]bool{}
 		for _, m := range ev.Records {
@@ -567,6 +570,95 @@ func (s *scheduler) wrap(name string, h handler) handler {
 		}
 		return resp, nil
 	}
+}
+
+// uploaderBatch delivers a batch of block ops to the uploader in one
+// invocation, as Lambda does, so that its batch read (one BatchGetItem
+// for the batch's blocks) runs under the faults and the Monitor: each op
+// runs under its message's fault budget and its own trace
+// (opContext), which starts from the batch's read of its block. Delays
+// and duplicates are still decided per message: a delayed message, and
+// every later one of its FIFO group, is failed before the invocation; a
+// duplicate goes to another instance on its own, at once or afterwards.
+func (s *scheduler) uploaderBatch(ctx context.Context, h handler, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	var resp events.SQSEventResponse
+	failed := map[string]bool{}
+	fail := func(m events.SQSMessage) {
+		resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: m.MessageId})
+		if g := m.Attributes["MessageGroupId"]; g != "" {
+			failed[g] = true
+		}
+	}
+	budgets := map[string]*atomic.Int32{}
+	var run []events.SQSMessage
+	for _, m := range ev.Records {
+		if g := m.Attributes["MessageGroupId"]; g != "" && failed[g] {
+			fail(m)
+			continue
+		}
+		mctx := withBudget(ctx, s.plan.budget(m.MessageId))
+		subject := "uploader " + m.Body
+		if s.plan.hit(mctx, fDelayDelivery, "delay", subject, pDelayDelivery) {
+			fail(m)
+			continue
+		}
+		one := events.SQSEvent{Records: []events.SQSMessage{m}}
+		if msg, err := messages.Decode(m.Body); err == nil {
+			if op, ok := msg.(messages.BlockOp); ok {
+				budgets[opIdentity(op)] = s.plan.budget(m.MessageId)
+				mctx = testworld.WithOp(mctx, op)
+			}
+		}
+		if s.plan.hit(mctx, fDupConcurrent, "dup-concurrent", subject, pDupConcurrent) {
+			s.rogue(ctx, "uploader", mctx, one, subject)
+		}
+		run = append(run, m)
+	}
+	if len(run) == 0 {
+		return resp, nil
+	}
+	bctx := withBudget(ctx, s.plan.budget(run[0].MessageId+"#batch"))
+	bctx = testworld.WithBatch(context.WithValue(bctx, opBudgetsKey{}, budgets))
+	r, err := h(bctx, events.SQSEvent{Records: run})
+	failedIDs := map[string]bool{}
+	for _, f := range r.BatchItemFailures {
+		failedIDs[f.ItemIdentifier] = true
+	}
+	for _, m := range run {
+		if err != nil || failedIDs[m.MessageId] {
+			fail(m)
+			continue
+		}
+		subject := "uploader " + m.Body
+		if s.plan.hit(withBudget(ctx, s.plan.budget(m.MessageId)), fDupSequential, "dup-sequential", subject, pDupSequential) {
+			dctx := noFaults(ctx)
+			if msg, err := messages.Decode(m.Body); err == nil {
+				if op, ok := msg.(messages.BlockOp); ok {
+					dctx = testworld.WithOp(dctx, op)
+				}
+			}
+			_, _ = functionHandler("uploader", s.deps)(dctx, events.SQSEvent{Records: []events.SQSMessage{m}})
+		}
+	}
+	return resp, nil
+}
+
+type opBudgetsKey struct{}
+
+// opIdentity names a block op within a batch.
+func opIdentity(op messages.BlockOp) string {
+	return fmt.Sprintf("%s %s/%s@%d", op.Op, op.Tenant, op.Block, op.Gen)
+}
+
+// opContext is the chaos uploader's pipeline.Deps.OpContext: an op of a
+// batch runs under its own message's fault budget and its own trace.
+func opContext(ctx context.Context, op messages.BlockOp) context.Context {
+	if budgets, ok := ctx.Value(opBudgetsKey{}).(map[string]*atomic.Int32); ok {
+		if b := budgets[opIdentity(op)]; b != nil {
+			ctx = withBudget(ctx, b)
+		}
+	}
+	return testworld.WithOp(ctx, op)
 }
 
 // rogue delivers a copy of a message to another instance of the function,
