@@ -1,11 +1,13 @@
 package races
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/compaction"
 	"github.com/sluice-dev/sluice/shared/config"
 	"github.com/sluice-dev/sluice/shared/messages"
+	"github.com/sluice-dev/sluice/shared/pipeline"
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
@@ -322,6 +325,68 @@ func TestIncident004StaleOpsDropped(t *testing.T) {
 	}
 	t.Logf("%d late PUBLISH/MARK ops dropped", len(late))
 	w.finish()
+}
+
+// TestIncident004StaleOpsInBatches: the late PUBLISH copies of
+// TestIncident004StaleOpSameStateNewerGen — each meets its output LIVE
+// again, at a newer gen, so only the gen stops it — come back ten to an
+// invocation, as Lambda batches a FIFO queue. The uploader reads the
+// batch's blocks together (one BatchGetItem) and must still drop each op
+// at its gen; the Monitor judges each decision on the batch's read of its
+// block.
+func TestIncident004StaleOpsInBatches(t *testing.T) {
+	t.Parallel()
+	w := newWorld004(t)
+	w.upload(corpus.v1...)
+	late := w.pumpKeeping(isOp(messages.OpPublish, ""))
+	w.wantState(w.g, 1, protocol.GroupRetired)
+	if len(late) < 2 {
+		t.Fatalf("%d PUBLISH ops to replay; want a batch of several", len(late))
+	}
+	w.upload(corpus.late)
+	w.pump(w.main, func(m testworld.Mail) bool {
+		j, ok := m.Msg.(messages.Job)
+		return ok && j.Version == 2
+	})
+	w.wantState(w.g, 2, protocol.GroupPlanned)
+	w.clock.Advance(stuckAfter + time.Minute)
+	w.sweep(w.main)
+	w.wantState(w.g, 2, protocol.GroupSuperseded)
+	before := w.allVersions()
+	d := *w.main.deps
+	d.OpContext = testworld.WithOp
+	uploader := pipeline.Uploader{Deps: &d}
+	for start := 0; start < len(late); start += 10 {
+		var ev events.SQSEvent
+		for i, m := range late[start:min(start+10, len(late))] {
+			ev.Records = append(ev.Records, events.SQSMessage{MessageId: fmt.Sprintf("late-%d", start+i), Body: m.Body,
+				Attributes: map[string]string{"MessageGroupId": m.Group, "ApproximateReceiveCount": "2"}})
+		}
+		resp, err := uploader.Handle(testworld.WithBatch(w.ctx), ev)
+		if err != nil || len(resp.BatchItemFailures) > 0 {
+			t.Fatalf("batch of %d late ops: %v, %d failed", len(ev.Records), err, len(resp.BatchItemFailures))
+		}
+	}
+	if after := w.allVersions(); !slices.Equal(before, after) {
+		t.Fatalf("late ops changed the bucket: %d versions before, %d after", len(before), len(after))
+	}
+	t.Logf("%d late PUBLISH ops met their outputs LIVE at a newer gen and were dropped, ten to a batch", len(late))
+	w.finish()
+}
+
+// allVersions lists every object version in the bucket, sorted.
+func (w *world004) allVersions() []string {
+	w.t.Helper()
+	out, err := w.w.Env.Clients.S3.ListObjectVersions(w.ctx, &s3.ListObjectVersionsInput{Bucket: aws.String(w.w.Config.Bucket)})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	var vs []string
+	for _, v := range out.Versions {
+		vs = append(vs, aws.ToString(v.Key)+"@"+aws.ToString(v.VersionId))
+	}
+	slices.Sort(vs)
+	return vs
 }
 
 // TestIncident004StaleOpSameStateNewerGen: the late op that only its gen
