@@ -435,10 +435,7 @@ func (r *run) provision(ctx context.Context) error {
 		return fmt.Errorf("remove the previous demo's resources: %w", err)
 	}
 	for i := range res.Queues {
-		res.Queues[i].VisibilityTimeout = 10 * time.Second
-		if res.Queues[i].ID == spec.CompactionJobs {
-			res.Queues[i].VisibilityTimeout = 30 * time.Second
-		}
+		res.Queues[i].VisibilityTimeout = 60 * time.Second
 	}
 	d, err := provision.Provision(ctx, r.quiet, res)
 	if err != nil {
