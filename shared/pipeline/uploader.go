@@ -14,6 +14,7 @@ import (
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/oklog/ulid/v2"
 
+	"github.com/sluice-dev/sluice/shared/awsenv"
 	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/blockmeta"
 	"github.com/sluice-dev/sluice/shared/blockstore"
@@ -61,7 +62,9 @@ func (u Uploader) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 			}
 			return u.execute(ctx, v, read)
 		case messages.IndexRequest:
-			return u.WriteIndex(ctx, v)
+			// Counted with the schedule that asked for it: the index is a
+			// cost per pass, not per block op.
+			return u.WriteIndex(awsenv.WithCaller(ctx, bucketIndexKind), v)
 		}
 		return fmt.Errorf("uploader: unexpected %T on the block-ops queue", msg)
 	}), nil

@@ -48,7 +48,7 @@ var (
 	flagSeed     = flag.Int64("seed", envInt("CHAOS_SEED", -1), "run only this seed (a replay); env CHAOS_SEED")
 	flagSeeds    = flag.Int("seeds", int(envInt("CHAOS_SEEDS", 30)), "how many seeds to run; env CHAOS_SEEDS")
 	flagFirst    = flag.Int64("first", envInt("CHAOS_FIRST", 1), "first seed; env CHAOS_FIRST")
-	flagParallel = flag.Int("chaos.parallel", int(envInt("CHAOS_PARALLEL", 6)), "seeds run at once; env CHAOS_PARALLEL")
+	flagParallel = flag.Int("chaos.parallel", int(envInt("CHAOS_PARALLEL", 4)), "seeds run at once; env CHAOS_PARALLEL")
 	flagReport   = flag.String("report", os.Getenv("CHAOS_REPORT"), "also write the report to this file; env CHAOS_REPORT")
 	flagProgress = flag.String("progress", os.Getenv("CHAOS_PROGRESS"), "append a line to this file as each seed ends (go test shows a passing run's output only at its end); env CHAOS_PROGRESS")
 	// flagUploads has a third of the downsampling seeds downsample the 2h
