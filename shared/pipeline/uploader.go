@@ -38,7 +38,6 @@ func (u Uploader) records() opRecords { return u.Store }
 // block, and the object versions its ops wrote, each at the op's gen.
 type opRecords interface {
 	GetBlock(ctx context.Context, tenant, id string) (records.Block, bool, error)
-	GetBlocks(ctx context.Context, tenant string, ids []string) ([]records.Block, error)
 	MarkPublished(ctx context.Context, tenant, id string, gen int64, vid string, now time.Time) error
 	RecordMark(ctx context.Context, tenant, id string, gen int64, vid, globalVid string, retireAt, deleteAt, now time.Time) error
 	RecordNoCompactMark(ctx context.Context, tenant, id string, gen int64, vid string, ours bool, globalVid string, now time.Time) error
@@ -49,7 +48,6 @@ type opRecords interface {
 func (u Uploader) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 	ctx, emit := u.measured(ctx)
 	defer emit()
-	read := u.readBlocks(ctx, ev)
 	return eachMessage(ctx, u.Logger, "uploader", ev, func(ctx context.Context, m events.SQSMessage) error {
 		msg, err := messages.Decode(m.Body)
 		if err != nil {
@@ -60,7 +58,7 @@ func (u Uploader) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 			if u.OpContext != nil {
 				ctx = u.OpContext(ctx, v)
 			}
-			return u.execute(ctx, v, read)
+			return u.Execute(ctx, v)
 		case messages.IndexRequest:
 			// Counted with the schedule that asked for it: the index is a
 			// cost per pass, not per block op.
@@ -70,74 +68,15 @@ func (u Uploader) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	}), nil
 }
 
-// blockReads are the records of a batch's blocks, read together before
-// its first op: each is used by the first op of its block, later ops of
-// the same block read the record again (the first may have changed it).
-// Reading a block before the batch's earlier ops run is reading it before
-// a pause, which the gen fence already allows for: the ops of other
-// blocks change no record of this one. A DELETE_STRAY, which no gen
-// fences (it keeps whatever versions the record names when it runs),
-// always reads the record right before it deletes.
-type blockReads map[string]*blockRead
-
-type blockRead struct {
-	b     records.Block
-	known bool
-	used  bool
-}
-
-func blockReadKey(tenant, id string) string { return tenant + "/" + id }
-
-// readBlocks reads the records of every block a batch's ops name, one
-// BatchGetItem per tenant instead of a GetItem per op. A batch of one op,
-// or a failed read, leaves the reads to the ops.
-func (u Uploader) readBlocks(ctx context.Context, ev events.SQSEvent) blockReads {
-	byTenant := map[string][]string{}
-	n := 0
-	for _, m := range ev.Records {
-		if msg, err := messages.Decode(m.Body); err == nil {
-			if op, ok := msg.(messages.BlockOp); ok && op.Op != messages.OpDeleteStray {
-				byTenant[op.Tenant] = append(byTenant[op.Tenant], op.Block)
-				n++
-			}
-		}
-	}
-	if n < 2 {
-		return nil
-	}
-	read := blockReads{}
-	for tenant, ids := range byTenant {
-		bs, err := u.records().GetBlocks(ctx, tenant, ids)
-		if err != nil {
-			u.Logger.WarnContext(ctx, "reading a batch's blocks together failed; each op reads its own", "tenant", tenant, "err", err)
-			continue
-		}
-		for _, id := range ids {
-			read[blockReadKey(tenant, id)] = &blockRead{}
-		}
-		for _, b := range bs {
-			read[blockReadKey(tenant, b.ID)] = &blockRead{b: b, known: true}
-		}
-	}
-	return read
-}
-
-// block is the record op acts on: read with the batch when this is the
-// first op of its block there, else read now.
-func (u Uploader) block(ctx context.Context, op messages.BlockOp, read blockReads) (records.Block, bool, error) {
-	if r := read[blockReadKey(op.Tenant, op.Block)]; r != nil && !r.used && op.Op != messages.OpDeleteStray {
-		r.used = true
-		return r.b, r.known, nil
-	}
-	return u.records().GetBlock(ctx, op.Tenant, op.Block)
-}
-
-// Execute runs one op.
+// Execute runs one op. It reads its block's record itself, right before
+// it acts, even in a batch. A record read once for the whole batch (one
+// BatchGetItem) is as old as the ops before it take, and meanwhile a
+// duplicate of the op can run elsewhere: in chaos seed 53 (2026-12-03) a
+// MARK decided on such a read wrote its deletion mark 7 s after a copy of
+// it had marked the block and the block's DELETE had run, and the mark
+// stayed as an orphan. The op's S3 write has no condition on the record,
+// so the read right before it is what keeps the window short.
 func (u Uploader) Execute(ctx context.Context, op messages.BlockOp) error {
-	return u.execute(ctx, op, nil)
-}
-
-func (u Uploader) execute(ctx context.Context, op messages.BlockOp, read blockReads) error {
 	log := u.Logger.With(logattr.Block(op.Tenant, op.Block), "op", op.Op, "gen", op.Gen)
 	id, err := ulid.ParseStrict(op.Block)
 	if err != nil {
@@ -147,7 +86,7 @@ func (u Uploader) execute(ctx context.Context, op messages.BlockOp, read blockRe
 	if err != nil {
 		return err
 	}
-	b, known, err := u.block(ctx, op, read)
+	b, known, err := u.records().GetBlock(ctx, op.Tenant, op.Block)
 	if err != nil {
 		return err
 	}

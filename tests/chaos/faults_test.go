@@ -573,10 +573,9 @@ func (s *scheduler) wrap(name string, h handler) handler {
 }
 
 // uploaderBatch delivers a batch of block ops to the uploader in one
-// invocation, as Lambda does, so that its batch read (one BatchGetItem
-// for the batch's blocks) runs under the faults and the Monitor: each op
-// runs under its message's fault budget and its own trace
-// (opContext), which starts from the batch's read of its block. Delays
+// invocation, as Lambda does, so that an op runs after the ones before it
+// in the batch, as slowly as they make it: each op runs under its
+// message's fault budget and its own trace (opContext). Delays
 // and duplicates are still decided per message: a delayed message, and
 // every later one of its FIFO group, is failed before the invocation; a
 // duplicate goes to another instance on its own, at once or afterwards.
@@ -618,7 +617,7 @@ func (s *scheduler) uploaderBatch(ctx context.Context, h handler, ev events.SQSE
 		return resp, nil
 	}
 	bctx := withBudget(ctx, s.plan.budget(run[0].MessageId+"#batch"))
-	bctx = testworld.WithBatch(context.WithValue(bctx, opBudgetsKey{}, budgets))
+	bctx = context.WithValue(bctx, opBudgetsKey{}, budgets)
 	r, err := h(bctx, events.SQSEvent{Records: run})
 	failedIDs := map[string]bool{}
 	for _, f := range r.BatchItemFailures {

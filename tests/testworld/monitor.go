@@ -225,38 +225,9 @@ type opTrace struct {
 
 // WithOp tells the Monitor (and fault injectors) which block op the
 // uploader executes under ctx. Call it once per execution: a duplicate
-// delivery of the same op is another execution. Under a batch (WithBatch)
-// the op starts with the batch's read of its block, if any: the record
-// the uploader decides on unless it reads the block again.
+// delivery of the same op is another execution.
 func WithOp(ctx context.Context, op messages.BlockOp) context.Context {
-	t := &opTrace{op: op}
-	if bt, ok := ctx.Value(batchKey{}).(*batchTrace); ok {
-		bt.mu.Lock()
-		bt.sealed = true
-		if b, ok := bt.reads[op.Tenant+"/"+op.Block]; ok {
-			t.read = &b
-		}
-		bt.mu.Unlock()
-	}
-	return context.WithValue(ctx, opKey{}, t)
-}
-
-type batchKey struct{}
-
-// batchTrace is one uploader invocation over a batch of ops: the block
-// records it read together before the first op. Reads once an op has
-// started (sealed) are that op's, not the batch's.
-type batchTrace struct {
-	mu     sync.Mutex
-	reads  map[string]records.Block // by tenant/block
-	sealed bool
-}
-
-// WithBatch tells the Monitor that the uploader handles a batch of ops
-// under ctx, each op under a context its pipeline.Deps.OpContext
-// (WithOp) gives it: blocks read for the batch count as each op's read.
-func WithBatch(ctx context.Context) context.Context {
-	return context.WithValue(ctx, batchKey{}, &batchTrace{reads: map[string]records.Block{}})
+	return context.WithValue(ctx, opKey{}, &opTrace{op: op})
 }
 
 // OpFrom is the op WithOp stored, if any.
@@ -349,24 +320,7 @@ func (w *watchedDB) Query(ctx context.Context, in *dynamodb.QueryInput, o ...fun
 }
 
 func (w *watchedDB) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
-	out, err := w.db.BatchGetItem(ctx, in, o...)
-	if bt, ok := ctx.Value(batchKey{}).(*batchTrace); ok && err == nil {
-		bt.mu.Lock()
-		defer bt.mu.Unlock()
-		if bt.sealed {
-			return out, err
-		}
-		for _, items := range out.Responses {
-			for _, it := range items {
-				if r := refOf(it); r.kind == kindBlock {
-					if b, ok := unmarshal[records.Block](it); ok {
-						bt.reads[r.tenant+"/"+r.blockID] = b
-					}
-				}
-			}
-		}
-	}
-	return out, err
+	return w.db.BatchGetItem(ctx, in, o...)
 }
 
 // BatchWriteItem carries no protocol transition (it cannot hold a
