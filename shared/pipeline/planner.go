@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -173,18 +172,8 @@ func (p Planner) handleObject(ctx context.Context, o s3event.ObjectCreated) erro
 // read and recognised as before. It only orders two reads: either answer
 // is safe.
 func mayBeRegistered(body []byte) bool {
-	var m struct {
-		Compaction struct {
-			Level int `json:"level"`
-		} `json:"compaction"`
-		Thanos *struct {
-			Source     string `json:"source"`
-			Downsample struct {
-				Resolution int64 `json:"resolution"`
-			} `json:"downsample"`
-		} `json:"thanos"`
-	}
-	if err := json.Unmarshal(body, &m); err != nil {
+	m, err := blockmeta.Parse(body, "")
+	if err != nil {
 		return false // registered REJECTED, or recognised when it exists
 	}
 	return m.Compaction.Level > 1 || (m.Thanos != nil && (m.Thanos.Source == compaction.SourceCompactor || m.Thanos.Downsample.Resolution > 0))

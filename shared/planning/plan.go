@@ -272,9 +272,8 @@ func (p Policy) JobsFit(srcs []Candidate, n int) (bool, string) {
 // range).
 func (p Policy) Target(st string, level int, minT, maxT int64, completed func(GroupKey) bool) (GroupKey, bool) {
 	p = p.Defaults()
-	for k := p.TopLevel(); k > level; k-- {
-		g, fits := p.GroupFor(st, k, minT, maxT)
-		if fits && completed(g) {
+	for _, g := range p.TargetCandidates(st, level, minT, maxT) {
+		if completed(g) {
 			return g, true
 		}
 	}

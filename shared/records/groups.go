@@ -41,16 +41,24 @@ func (st *Store) GetGroups(ctx context.Context, tenant string, gs []planning.Gro
 	}
 	out := make(map[planning.GroupKey]Group, len(items))
 	for _, it := range items {
-		var g Group
-		if err := attributevalue.UnmarshalMap(it, &g); err != nil {
-			return nil, fmt.Errorf("decode group of %s: %w", tenant, err)
-		}
-		if g.Key, err = planning.ParseGroupKey(g.KeyString); err != nil {
+		g, err := decodeGroup(tenant, it)
+		if err != nil {
 			return nil, err
 		}
 		out[g.Key] = g
 	}
 	return out, nil
+}
+
+// decodeGroup decodes a group head item of tenant, its key parsed.
+func decodeGroup(tenant string, it map[string]types.AttributeValue) (Group, error) {
+	var g Group
+	if err := attributevalue.UnmarshalMap(it, &g); err != nil {
+		return g, fmt.Errorf("decode group of %s: %w", tenant, err)
+	}
+	var err error
+	g.Key, err = planning.ParseGroupKey(g.KeyString)
+	return g, err
 }
 
 // TenantGroups reads every group head of a tenant (status, sweeps).
@@ -64,11 +72,8 @@ func (st *Store) TenantGroups(ctx context.Context, tenant string) ([]Group, erro
 		if _, isHead := it["sources"]; !isHead {
 			continue // a partition item
 		}
-		var g Group
-		if err := attributevalue.UnmarshalMap(it, &g); err != nil {
-			return nil, fmt.Errorf("decode group of %s: %w", tenant, err)
-		}
-		if g.Key, err = planning.ParseGroupKey(g.KeyString); err != nil {
+		g, err := decodeGroup(tenant, it)
+		if err != nil {
 			return nil, err
 		}
 		out = append(out, g)

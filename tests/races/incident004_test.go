@@ -336,21 +336,10 @@ func TestIncident004StaleOpsDropped(t *testing.T) {
 func TestIncident004StaleOpsInBatches(t *testing.T) {
 	t.Parallel()
 	w := newWorld004(t)
-	w.upload(corpus.v1...)
-	late := w.pumpKeeping(isOp(messages.OpPublish, ""))
-	w.wantState(w.g, 1, protocol.GroupRetired)
+	late := w.publishesOutlivingTheirGen()
 	if len(late) < 2 {
 		t.Fatalf("%d PUBLISH ops to replay; want a batch of several", len(late))
 	}
-	w.upload(corpus.late)
-	w.pump(w.main, func(m testworld.Mail) bool {
-		j, ok := m.Msg.(messages.Job)
-		return ok && j.Version == 2
-	})
-	w.wantState(w.g, 2, protocol.GroupPlanned)
-	w.clock.Advance(stuckAfter + time.Minute)
-	w.sweep(w.main)
-	w.wantState(w.g, 2, protocol.GroupSuperseded)
 	before := w.allVersions()
 	d := *w.main.deps
 	d.OpContext = testworld.WithOp
@@ -388,6 +377,28 @@ func (w *world004) allVersions() []string {
 	return vs
 }
 
+// publishesOutlivingTheirGen sets up the timeline only a gen can stop:
+// version 1's outputs are published (a copy of each PUBLISH kept and
+// returned); a late block makes version 2, which claims them; version 2
+// stalls and is superseded, and its cleanup releases them, LIVE again at
+// a newer gen.
+func (w *world004) publishesOutlivingTheirGen() []testworld.Mail {
+	w.t.Helper()
+	w.upload(corpus.v1...)
+	late := w.pumpKeeping(isOp(messages.OpPublish, ""))
+	w.wantState(w.g, 1, protocol.GroupRetired)
+	w.upload(corpus.late)
+	w.pump(w.main, func(m testworld.Mail) bool {
+		j, ok := m.Msg.(messages.Job)
+		return ok && j.Version == 2
+	})
+	w.wantState(w.g, 2, protocol.GroupPlanned)
+	w.clock.Advance(stuckAfter + time.Minute)
+	w.sweep(w.main)
+	w.wantState(w.g, 2, protocol.GroupSuperseded)
+	return late
+}
+
 // TestIncident004StaleOpSameStateNewerGen: the late op that only its gen
 // can stop — one that finds its block in the very state it was sent for.
 // Version 1's outputs are published (a copy of each PUBLISH kept); a late
@@ -399,22 +410,10 @@ func (w *world004) allVersions() []string {
 func TestIncident004StaleOpSameStateNewerGen(t *testing.T) {
 	t.Parallel()
 	w := newWorld004(t)
-	w.upload(corpus.v1...)
-	late := w.pumpKeeping(isOp(messages.OpPublish, ""))
-	w.wantState(w.g, 1, protocol.GroupRetired)
+	late := w.publishesOutlivingTheirGen()
 	if len(late) == 0 {
 		t.Fatal("no PUBLISH op to replay")
 	}
-	v2Jobs := func(m testworld.Mail) bool {
-		j, ok := m.Msg.(messages.Job)
-		return ok && j.Version == 2
-	}
-	w.upload(corpus.late)
-	w.pump(w.main, v2Jobs)
-	w.wantState(w.g, 2, protocol.GroupPlanned)
-	w.clock.Advance(stuckAfter + time.Minute)
-	w.sweep(w.main)
-	w.wantState(w.g, 2, protocol.GroupSuperseded)
 	before := map[string]records.Block{}
 	for _, m := range late {
 		op := m.Msg.(messages.BlockOp)
