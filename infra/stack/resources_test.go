@@ -223,9 +223,11 @@ func (d *deployment) wantEnv(t *testing.T) map[string]string {
 		env[spec.QueueURLEnv(q.ID)] = "${" + d.queueID(t, q) + "}"
 	}
 	// Jobs are sized by the compact function: its /tmp less 2 GiB, its
-	// timeout (10 GiB and 15 minutes in the default spec).
+	// memory less 512 MiB, its timeout (10 GiB, 4 GiB and 15 minutes in
+	// the default spec).
 	compact := r.Function(spec.Compact)
 	env[spec.EnvScratchBytes] = fmt.Sprint(uint64(compact.EphemeralMB-2048) << 20)
+	env[spec.EnvJobMemoryBytes] = fmt.Sprint(uint64(compact.MemoryMB-512) << 20)
 	env[spec.EnvJobTimeout] = compact.Timeout.String()
 	for k, v := range d.props.Env {
 		env[k] = v

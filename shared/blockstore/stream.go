@@ -22,8 +22,9 @@ import (
 )
 
 // StreamUpload writes one object from a stream of unknown length, holding
-// at most MultipartThreshold bytes plus Parallelism parts in memory and
-// nothing on disk. It follows Upload's rules, so an attempt that writes
+// at most MultipartThreshold bytes plus the part being filled and the
+// parts in flight (Parallelism, or the slots of a shared Buffers) in
+// memory, and nothing on disk. It follows Upload's rules, so an attempt that writes
 // the same bytes writes the same object: under MultipartThreshold one PUT,
 // else parts of PartSize; If-None-Match on the PUT and on
 // CompleteMultipartUpload; on 412 an object of the same size and checksum
@@ -50,6 +51,7 @@ type StreamUpload struct {
 	parts    []types.CompletedPart // by part index
 	digests  []partSum
 	partErr  error
+	holding  int64 // bytes held (guarded by mu), counted in opts.Buffers
 
 	err    error // sticky
 	done   bool
@@ -60,8 +62,30 @@ type StreamUpload struct {
 // reports as RelPath.
 func NewStreamUpload(ctx context.Context, api S3API, bucket, key, relPath string, opts UploadOptions) *StreamUpload {
 	opts = opts.withDefaults()
+	sem := make(chan struct{}, opts.Parallelism)
+	if opts.Buffers != nil {
+		sem = opts.Buffers.slots
+	}
 	return &StreamUpload{ctx: ctx, api: api, bucket: bucket, key: key, opts: opts,
-		result: Uploaded{RelPath: relPath, Key: key}, sem: make(chan struct{}, opts.Parallelism)}
+		result: Uploaded{RelPath: relPath, Key: key}, sem: sem}
+}
+
+// account adds n to the bytes the upload holds (n < 0: gives them up).
+func (u *StreamUpload) account(n int64) {
+	u.mu.Lock()
+	u.holding += n
+	u.mu.Unlock()
+	if u.opts.Buffers != nil {
+		u.opts.Buffers.add(n)
+	}
+}
+
+// releaseAll gives up whatever the upload still holds.
+func (u *StreamUpload) releaseAll() {
+	u.mu.Lock()
+	n := u.holding
+	u.mu.Unlock()
+	u.account(-n)
 }
 
 // Write buffers p and sends every full part once the object is known to
@@ -80,6 +104,7 @@ func (u *StreamUpload) Write(p []byte) (int, error) {
 		}
 		n := min(len(p), cap(u.cur)-len(u.cur))
 		u.cur = append(u.cur, p[:n]...)
+		u.account(int64(n))
 		p, written, u.size = p[n:], written+n, u.size+int64(n)
 		if len(u.cur) < cap(u.cur) {
 			continue
@@ -148,7 +173,7 @@ func (u *StreamUpload) send(part []byte) error {
 	}
 	u.wg.Add(1)
 	go func() {
-		defer func() { <-u.sem; u.wg.Done() }()
+		defer func() { u.account(-int64(len(part))); <-u.sem; u.wg.Done() }()
 		m, h := md5.Sum(part), sha256.Sum256(part)
 		sum := partSum{md5: m[:], sha256: h[:]}
 		num := int32(i + 1)
@@ -206,6 +231,8 @@ func (u *StreamUpload) putSingle() error {
 	}
 	body = append(body, u.cur...)
 	u.held, u.cur = nil, nil
+	u.account(int64(len(body))) // the copy, beside the parts it came from
+	defer u.releaseAll()
 	parts, err := partDigests(bytes.NewReader(body), int64(len(body)), false, 0)
 	if err != nil {
 		return err
@@ -269,6 +296,7 @@ func (u *StreamUpload) fail(err error) error {
 	u.wg.Wait()
 	u.abortUpload()
 	u.held, u.cur = nil, nil
+	u.releaseAll()
 	return u.err
 }
 
@@ -331,4 +359,43 @@ func OpenRange(ctx context.Context, api S3API, bucket string, o Object, offset i
 		return nil, fmt.Errorf("%s: %d bytes, recorded %d: %w", where, total, o.Size, ErrSizeMismatch)
 	}
 	return out.Body, nil
+}
+
+// Buffers is what the streamed uploads of one job share: slots for the
+// parts in flight, so that a job writing many outputs at once sends as
+// many parts as one, and the count of the chunk bytes they hold (parts
+// filling, held before a multipart upload starts, in flight, a single
+// PUT's body), with its peak, so a job can report the memory its outputs
+// took.
+type Buffers struct {
+	slots chan struct{}
+
+	mu         sync.Mutex
+	held, peak int64
+}
+
+// NewBuffers returns Buffers with slots parts in flight (at least 1).
+func NewBuffers(slots int) *Buffers {
+	return &Buffers{slots: make(chan struct{}, max(slots, 1))}
+}
+
+func (b *Buffers) add(n int64) {
+	b.mu.Lock()
+	b.held += n
+	b.peak = max(b.peak, b.held)
+	b.mu.Unlock()
+}
+
+// Held is the bytes the uploads hold now; Peak the most they held at once.
+func (b *Buffers) Held() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.held
+}
+
+// Peak is the most bytes the uploads held at once.
+func (b *Buffers) Peak() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.peak
 }

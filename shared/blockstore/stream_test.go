@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -187,5 +188,102 @@ func writeFile(t *testing.T, path string, data []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// partsInFlight counts the UploadPart calls running at once.
+type partsInFlight struct {
+	S3API
+	mu        sync.Mutex
+	now, most int
+}
+
+func (p *partsInFlight) UploadPart(ctx context.Context, in *s3.UploadPartInput, opts ...func(*s3.Options)) (*s3.UploadPartOutput, error) {
+	p.mu.Lock()
+	p.now++
+	p.most = max(p.most, p.now)
+	p.mu.Unlock()
+	defer func() { p.mu.Lock(); p.now--; p.mu.Unlock() }()
+	time.Sleep(2 * time.Millisecond) // long enough for the others to pile up
+	return p.S3API.UploadPart(ctx, in, opts...)
+}
+
+// A job that streams many outputs at once, as a split does, holds a
+// bounded number of bytes over all of them: each output at most its
+// threshold and the part it fills, the parts in flight no more than the
+// shared slots, whatever the number of outputs. Every object is still the
+// one Upload makes of the same bytes with the same options.
+func TestStreamUploadsShareTheirBuffers(t *testing.T) {
+	mem, bucket := memBucket(t)
+	api := &partsInFlight{S3API: mem}
+	ctx := context.Background()
+	const outputs, size, write, slots = 10, 10<<20 + 1234, 64 << 10, 2
+	buffers := NewBuffers(slots)
+	opts := UploadOptions{MultipartThreshold: 5 << 20, PartSize: 5 << 20, Buffers: buffers}
+	prefix := fmt.Sprintf("t/shared-%d", time.Now().UnixNano())
+	data := make([][]byte, outputs)
+	ups := make([]*StreamUpload, outputs)
+	for i := range ups {
+		data[i] = randomBytes(t, size)
+		ups[i] = NewStreamUpload(ctx, api, bucket, fmt.Sprintf("%s/%02d", prefix, i), "chunks/000001", opts)
+	}
+	// Round robin, as a merge routes series to partitions.
+	for off := 0; off < size; off += write {
+		for i, u := range ups {
+			if _, err := u.Write(data[i][off:min(off+write, size)]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, u := range ups {
+		if err := u.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bound := int64(outputs)*(opts.MultipartThreshold+opts.PartSize) + slots*opts.PartSize
+	if peak := buffers.Peak(); peak <= 0 || peak > bound {
+		t.Errorf("the outputs held at most %d bytes at once; want some, and at most %d (%d outputs × (threshold + part) + %d parts in flight)",
+			peak, bound, outputs, slots)
+	}
+	if held := buffers.Held(); held != 0 {
+		t.Errorf("%d bytes still held after every upload closed", held)
+	}
+	if api.most == 0 || api.most > slots {
+		t.Errorf("%d parts in flight at once; want 1 to %d (the shared slots)", api.most, slots)
+	}
+	dir, _ := files(t, map[string]int{"f": 0}, 0)
+	for i, u := range ups {
+		got := u.Uploaded()
+		writeFile(t, dir+"/f", data[i])
+		want, err := Upload(ctx, mem, bucket, fmt.Sprintf("%s/file-%02d", prefix, i), dir, []string{"f"}, UploadOptions{MultipartThreshold: opts.MultipartThreshold, PartSize: opts.PartSize})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.ETag != want[0].ETag || got.Checksum != want[0].Checksum || got.Size != size {
+			t.Fatalf("output %d: streamed %+v; Upload of the same bytes gave %+v", i, got, want[0])
+		}
+		rc, err := OpenRange(ctx, mem, bucket, Object{Key: got.Key, VersionID: got.VersionID, Size: got.Size}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(rc)
+		_ = rc.Close()
+		if err != nil || !bytes.Equal(b, data[i]) {
+			t.Fatalf("output %d reads back %d bytes, %v; want its %d", i, len(b), err, size)
+		}
+	}
+}
+
+// An upload that fails gives back everything it held.
+func TestStreamUploadAbortGivesItsBuffersBack(t *testing.T) {
+	api, bucket := memBucket(t)
+	buffers := NewBuffers(1)
+	u := NewStreamUpload(context.Background(), api, bucket, "t/aborted", "chunks/000001", UploadOptions{MultipartThreshold: 5 << 20, PartSize: 5 << 20, Buffers: buffers})
+	if _, err := u.Write(randomBytes(t, 13<<20)); err != nil {
+		t.Fatal(err)
+	}
+	u.Abort()
+	if buffers.Held() != 0 || buffers.Peak() < 5<<20 {
+		t.Fatalf("after the abort %d bytes held (peak %d); want 0 held, a peak of at least a part", buffers.Held(), buffers.Peak())
 	}
 }

@@ -42,6 +42,10 @@ type UploadOptions struct {
 	PartSize int64
 	// Parallelism: files uploaded at once; zero means 4.
 	Parallelism int
+	// Buffers, when set, is shared by a job's streamed uploads: its slots
+	// bound the parts they send at once, over all of them (else each
+	// sends Parallelism), and it keeps the peak of the bytes they hold.
+	Buffers *Buffers
 }
 
 func (o UploadOptions) withDefaults() UploadOptions {

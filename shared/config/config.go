@@ -48,6 +48,8 @@ type Config struct {
 	// (auto: one block per group in a single-tenant bucket unless a hard
 	// limit forces partitions, by the limits in a multi-tenant one; single;
 	// limits). Job sizing (planning.Size): SLUICE_SCRATCH_BYTES (8 GiB),
+	// SLUICE_JOB_MEMORY_BYTES (3.5 GiB: the compact function's 4 GiB less
+	// 512 MiB),
 	// SLUICE_JOB_THROUGHPUT (bytes/s, 24 MiB), SLUICE_JOB_TIMEOUT (the
 	// compact function's timeout, 15m; Policy.JobTimeout is that less
 	// DeadlineMargin), SLUICE_SERIES_CHURN (0.2). Splitting big level-0
@@ -262,6 +264,7 @@ func Load(getenv func(string) string) (Config, error) {
 	c.Policy.MaxSeriesPerPartition = num("SLUICE_MAX_SERIES_PER_PARTITION")
 	c.Policy.MaxIndexBytesPerPartition = num("SLUICE_MAX_INDEX_BYTES_PER_PARTITION")
 	c.Policy.ScratchBytes = num(spec.EnvScratchBytes)
+	c.Policy.MemoryBytes = num(spec.EnvJobMemoryBytes)
 	c.Policy.Throughput = num("SLUICE_JOB_THROUGHPUT")
 	c.Policy.JobTimeout = dur(spec.EnvJobTimeout, 0)
 	if v := getenv("SLUICE_SERIES_CHURN"); v != "" {

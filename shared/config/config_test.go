@@ -115,12 +115,15 @@ func TestJobSizingSettings(t *testing.T) {
 		t.Fatalf("defaults: job time %v, scratch %d, churn %g, split from %d; want 14m (15m less the 1m margin), 8 GiB, 0.2, 256 MiB",
 			c.Policy.JobTimeout, c.Policy.ScratchBytes, c.Policy.SeriesChurn, c.Policy.SplitBytes)
 	}
+	if got := c.Policy.Defaults().MemoryBytes; got != 3584<<20 {
+		t.Fatalf("default job memory %d, want 3.5 GiB (the compact function's 4 GiB less 512 MiB)", got)
+	}
 	c, err = Load(env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_JOB_TIMEOUT", "10m", "SLUICE_DEADLINE_MARGIN", "2m",
-		"SLUICE_SCRATCH_BYTES", "1073741824", "SLUICE_JOB_THROUGHPUT", "1048576", "SLUICE_SERIES_CHURN", "1", "SLUICE_SPLIT_BYTES", "1024"))
+		"SLUICE_SCRATCH_BYTES", "1073741824", "SLUICE_JOB_MEMORY_BYTES", "2147483648", "SLUICE_JOB_THROUGHPUT", "1048576", "SLUICE_SERIES_CHURN", "1", "SLUICE_SPLIT_BYTES", "1024"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Policy.JobTimeout != 8*time.Minute || c.Policy.ScratchBytes != 1<<30 || c.Policy.Throughput != 1<<20 || c.Policy.SeriesChurn != 1 || c.Policy.SplitBytes != 1024 {
+	if c.Policy.JobTimeout != 8*time.Minute || c.Policy.ScratchBytes != 1<<30 || c.Policy.MemoryBytes != 2<<30 || c.Policy.Throughput != 1<<20 || c.Policy.SeriesChurn != 1 || c.Policy.SplitBytes != 1024 {
 		t.Fatalf("overrides: %+v", c.Policy)
 	}
 	c, err = Load(env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_SPLIT_BYTES", "never"))

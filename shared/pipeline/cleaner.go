@@ -276,7 +276,7 @@ func (c Cleaner) retireSources(ctx context.Context, head records.Group, srcs []r
 			if err := c.step(ctx, "cleaner.before-retire", b.Key()); err != nil {
 				return err
 			}
-			gen, err := c.records().Retire(ctx, head.Ref(), b, now.Add(c.Config.DeletionDelay), now)
+			gen, err := c.records().Retire(ctx, head.Ref(), b, c.markDue(now), now)
 			if err != nil {
 				if !records.IsConditionLost(err) {
 					return err
@@ -529,6 +529,17 @@ func forEach(ctx context.Context, entries []records.AgendaEntry, limit int, fn f
 	}
 	wg.Wait()
 	return errs
+}
+
+// markDue is when the sweep first looks at a block retired at now, its
+// MARK op on the way: the deletion delay, or RedriveAfter if that is
+// longer. Until the mark is recorded its DEL entry is due then, and the
+// sweep re-sends a MARK it finds unrecorded; a MARK merely slower than a
+// short delay (the demo's 5 s) was sent twice, and the copy could write a
+// second deletion mark. Recording the mark moves the entry to the mark's
+// time plus the delay, so the delay itself is unchanged.
+func (c Cleaner) markDue(now time.Time) time.Time {
+	return now.Add(max(c.Config.DeletionDelay, c.Config.RedriveAfter))
 }
 
 // deleteRetired handles the due DEL entries. A RETIRING block is deleted

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -375,12 +376,13 @@ func (c Compact) compact(ctx context.Context, head records.Group, parts []int, s
 	jobs := make([]compaction.Job, len(parts))
 	keys := make([]blockkey.Key, len(parts))
 	sinks := make([]*segmentSink, len(parts))
+	streamOpts := c.streamOptions(head)
 	for i, p := range parts {
 		outID := outputULID(head, p)
 		if keys[i], err = c.Config.Layout.Block(head.Tenant, outID); err != nil {
 			return nil, err
 		}
-		sinks[i] = &segmentSink{api: c.S3, bucket: c.Config.Bucket, prefix: keys[i].BlockPrefix(), opts: c.uploadOptions()}
+		sinks[i] = &segmentSink{api: c.S3, bucket: c.Config.Bucket, prefix: keys[i].BlockPrefix(), opts: streamOpts}
 		jobs[i] = compaction.Job{
 			SourceDirs: dirs, Partition: p, PartitionCount: head.Partitions, ULID: outID,
 			OutDir: filepath.Join(scratch, "out"), ThanosLabels: st.Labels, Resolution: st.Resolution,
@@ -431,12 +433,28 @@ func (c Compact) compact(ctx context.Context, head records.Group, parts []int, s
 	// (planning.Estimate): bytes read and written over the job's wall time.
 	log.InfoContext(ctx, "partitions compacted and uploaded", "partitions", len(parts), "files", files,
 		"readBytes", read, "indexBytesRead", indexRead, "chunkStreams", streamed.Opens, "streamsResumed", streamed.Resumed,
-		"writtenBytes", written, "outputIndexBytes", outIndex, "bytesPerSecond", uint64(float64(read+written)/max(took.Seconds(), 1e-3)), "took", took.String())
+		"writtenBytes", written, "outputIndexBytes", outIndex, "peakChunkBufferBytes", streamOpts.Buffers.Peak(), "bytesPerSecond", uint64(float64(read+written)/max(took.Seconds(), 1e-3)), "took", took.String())
 	return outs, nil
 }
 
 func (c Compact) uploadOptions() blockstore.UploadOptions {
 	return blockstore.UploadOptions{Parallelism: c.Config.UploadParallelism}
+}
+
+// streamOptions are how a job of version head streams its outputs' chunk
+// segments: sized by planning.OutputBuffers for the most outputs any job
+// of the version writes at once (a split's N, else 1), so its outputs
+// together hold a bounded number of bytes however many there are, and
+// every attempt writes the same objects. Their parts share one job's
+// upload slots.
+func (c Compact) streamOptions(head records.Group) blockstore.UploadOptions {
+	outputs := 1
+	if head.Key.IsSplit() {
+		outputs = head.Partitions
+	}
+	threshold, part := planning.OutputBuffers(outputs)
+	return blockstore.UploadOptions{MultipartThreshold: threshold, PartSize: part,
+		Buffers: blockstore.NewBuffers(cmp.Or(c.Config.UploadParallelism, planning.UploadSlots))}
 }
 
 // jobLog is where a job's progress goes.

@@ -106,7 +106,7 @@ func (c Cleaner) retainTenant(ctx context.Context, st retentionRecords, tenant s
 		if e.Downsample > 0 {
 			expire = st.ExpireDownsampled
 		}
-		gen, err := expire(ctx, b, now.Add(c.Config.DeletionDelay), now)
+		gen, err := expire(ctx, b, c.markDue(now), now)
 		if records.IsConditionLost(err) {
 			// Claimed, retired or marked since the view was read: the
 			// next pass sees where it is.

@@ -162,7 +162,8 @@ func (p Policy) EstimateDownsample(c Candidate, m int) JobEstimate {
 	m = max(m, 1)
 	size := c.IndexBytes + c.ChunkBytes
 	out := size / 2 / uint64(m)
-	e := JobEstimate{Partitions: m, Opened: 1, ReadBytes: size, OutputBytes: out, ScratchBytes: c.IndexBytes + out, Series: c.Series / uint64(m)}
+	e := JobEstimate{Partitions: m, Opened: 1, ReadBytes: size, OutputBytes: out, ScratchBytes: c.IndexBytes + out, Series: c.Series / uint64(m),
+		Outputs: 1, MemoryBytes: JobMemory(1)}
 	e.Duration = time.Duration(float64(e.ReadBytes+e.OutputBytes) / float64(p.Throughput) * float64(time.Second))
 	return e
 }

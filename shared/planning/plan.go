@@ -175,12 +175,13 @@ func SplitKey(st string, minT int64, id string) GroupKey {
 
 // EstimateSplit sizes the one job that splits block c into n partitions:
 // it reads the block once (index downloaded, chunks streamed) and writes
-// all of it again, n indexes on disk beside the source's.
+// all of it again, n indexes on disk beside the source's and n outputs in
+// memory at once.
 func (p Policy) EstimateSplit(c Candidate, n int) JobEstimate {
 	p = p.Defaults()
 	size := c.IndexBytes + c.ChunkBytes
 	e := JobEstimate{Partitions: n, Opened: 1, ReadBytes: size, OutputBytes: size, ScratchBytes: 2 * c.IndexBytes,
-		Series: c.Series / uint64(max(n, 1))}
+		Series: c.Series / uint64(max(n, 1)), Outputs: n, MemoryBytes: JobMemory(n)}
 	e.Duration = time.Duration(float64(e.ReadBytes+e.OutputBytes) / float64(p.Throughput) * float64(time.Second))
 	return e
 }

@@ -57,6 +57,9 @@ type Policy struct {
 	// ScratchBytes is the local disk one job may use (sources downloaded,
 	// output written): SLUICE_SCRATCH_BYTES, default DefaultScratchBytes.
 	ScratchBytes uint64
+	// MemoryBytes is the memory one job may use (JobMemory):
+	// SLUICE_JOB_MEMORY_BYTES, default DefaultJobMemoryBytes.
+	MemoryBytes uint64
 	// Throughput is the bytes per second a job is assumed to move
 	// (download, merge and upload together), for its run time estimate:
 	// SLUICE_JOB_THROUGHPUT, default DefaultThroughput.
@@ -126,6 +129,9 @@ func (p Policy) Defaults() Policy {
 	}
 	if p.ScratchBytes == 0 {
 		p.ScratchBytes = DefaultScratchBytes
+	}
+	if p.MemoryBytes == 0 {
+		p.MemoryBytes = DefaultJobMemoryBytes
 	}
 	if p.Throughput == 0 {
 		p.Throughput = DefaultThroughput

@@ -42,16 +42,22 @@ type JobEstimate struct {
 	ScratchBytes uint64
 	// Series is the partition's share of the group's estimated series.
 	Series uint64
+	// Outputs is how many blocks the job writes at once (a split's N,
+	// else 1); MemoryBytes is JobMemory of them.
+	Outputs     int
+	MemoryBytes uint64
 	// Duration is (ReadBytes + OutputBytes) at the policy's throughput.
 	Duration time.Duration
 }
 
 // Fits reports whether the job fits the policy's limits, and if not, why:
 // its scratch within ScratchBytes, twice its duration within JobTimeout,
-// its series within the job series limit.
+// its series within the job series limit, its memory within MemoryBytes.
 func (p Policy) Fits(e JobEstimate) (bool, string) {
 	p = p.Defaults()
 	switch {
+	case e.MemoryBytes > p.MemoryBytes:
+		return false, memoryReason(e, p.MemoryBytes)
 	case e.ScratchBytes > p.ScratchBytes:
 		return false, fmt.Sprintf("partition %d of %d needs %s of scratch for indexes (%d sources read), over the %s budget",
 			e.Partition, e.Partitions, bytesString(e.ScratchBytes), e.Opened, bytesString(p.ScratchBytes))
@@ -68,7 +74,8 @@ func (p Policy) Fits(e JobEstimate) (bool, string) {
 // Estimate sizes partition part of n of a version over srcs.
 func (p Policy) Estimate(srcs []Candidate, part, n int) JobEstimate {
 	p = p.Defaults()
-	e := JobEstimate{Partition: part, Partitions: n, Series: EstimateSeries(srcs, p.SeriesChurn) / uint64(max(n, 1))}
+	e := JobEstimate{Partition: part, Partitions: n, Series: EstimateSeries(srcs, p.SeriesChurn) / uint64(max(n, 1)),
+		Outputs: 1, MemoryBytes: JobMemory(1)}
 	for _, s := range srcs {
 		if !Holds(s.PartitionCount, s.PartitionID, part, n) {
 			continue

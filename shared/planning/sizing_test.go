@@ -216,6 +216,10 @@ func TestSplitCount(t *testing.T) {
 		{"a Thanos bucket never splits", Policy{MaxSeriesPerPartition: 25_000, SingleBlock: true}, big, 0},
 		// 2 × 12 GiB at 24 MiB/s is over half the 15 minutes.
 		{"the split job would not fit", p, with(func(c *Candidate) { c.ChunkBytes = 12 << 30 }), 0},
+		// Its group's jobs write one output each and fit; the split
+		// writes 8 at once and does not: the block is compacted directly.
+		{"the split's 8 outputs would not fit the job's memory", Policy{MaxSeriesPerPartition: 25_000, MemoryBytes: JobMemory(8) - 1}, big, 0},
+		{"the split's 8 outputs fit the job's memory", Policy{MaxSeriesPerPartition: 25_000, MemoryBytes: JobMemory(8)}, big, 8},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -257,5 +261,51 @@ func TestPlanSplit(t *testing.T) {
 	}
 	if parent, ok := p.Parent(g); !ok || parent != (GroupKey{Stream: st, Level: 1, RangeStart: 0}) {
 		t.Errorf("Parent of a split = %v, %v; want the level-1 group holding its block", parent, ok)
+	}
+}
+
+// A job's outputs hold a bounded number of bytes together however many it
+// writes: each keeps the uploads' defaults while the budget allows, and
+// never less than two of S3's smallest parts.
+func TestOutputBuffers(t *testing.T) {
+	const mib = 1 << 20
+	tests := []struct {
+		outputs         int
+		threshold, part int64
+	}{
+		{1, 64 * mib, 16 * mib},
+		{8, 64 * mib, 16 * mib},
+		{16, 24 * mib, 16 * mib},
+		{32, 10 * mib, 10 * mib},
+		{64, 5 * mib, 5 * mib},
+	}
+	for _, tc := range tests {
+		threshold, part := OutputBuffers(tc.outputs)
+		if threshold != tc.threshold || part != tc.part {
+			t.Errorf("OutputBuffers(%d) = %d MiB held, parts of %d MiB; want %d, %d", tc.outputs, threshold/mib, part/mib, tc.threshold/mib, tc.part/mib)
+		}
+	}
+	for n := 1; n <= 64; n++ {
+		threshold, part := OutputBuffers(n)
+		if held := int64(n) * (threshold + part); held > OutputBufferBudget || part < 5*mib || threshold < part {
+			t.Errorf("%d outputs: %d MiB held in all, parts of %d MiB, threshold %d MiB; want at most %d MiB, parts of at least 5 MiB, threshold at least a part",
+				n, held/mib, part/mib, threshold/mib, OutputBufferBudget/mib)
+		}
+	}
+	if JobMemory(64) > DefaultJobMemoryBytes {
+		t.Errorf("a split into 64 needs %d MiB, over the default %d MiB: the most partitions must fit the default function", JobMemory(64)/mib, DefaultJobMemoryBytes/mib)
+	}
+}
+
+func TestFitsMemory(t *testing.T) {
+	p := Policy{MemoryBytes: 1 << 30}
+	if ok, why := p.Fits(JobEstimate{Partitions: 16, Outputs: 16, MemoryBytes: 1<<30 + 1}); ok || !strings.Contains(why, "the job writing 16 partitions needs about") {
+		t.Errorf("a job over the memory budget: %v %q", ok, why)
+	}
+	if ok, _ := p.Fits(JobEstimate{Outputs: 1, MemoryBytes: 1 << 30}); !ok {
+		t.Error("a job at exactly the memory budget must fit")
+	}
+	if _, fits, why := (Policy{MemoryBytes: JobMemory(1) - 1}).Size([]Candidate{src(0, 2, 10, 0, 0), src(2, 4, 10, 0, 0)}); fits || !strings.Contains(why, "of memory") {
+		t.Errorf("a function too small for any job: fits %v (%q); want no partition count to fit, for its memory", fits, why)
 	}
 }

@@ -84,7 +84,10 @@ type Block struct {
 	PartitionCount int    `dynamodbav:"pcount,omitempty"`
 	PartitionID    int    `dynamodbav:"pid,omitempty"`
 	Reason         string `dynamodbav:"reason,omitempty"`
-	// RetireAt is when a RETIRING block may be deleted (unix ms).
+	// RetireAt is when the sweep next looks at a RETIRING block (unix ms):
+	// until its mark is recorded, when a MARK still missing is sent again;
+	// once it is, when the block may be deleted (the mark's time plus the
+	// deletion delay).
 	RetireAt int64 `dynamodbav:"retireAt,omitempty"`
 	// MarkedAt is when the deletion mark was recorded (ms); the deletion
 	// delay runs from then.

@@ -224,23 +224,31 @@ const (
 // Job limits: what one compaction job may use, which the planner sizes
 // partitions by and every job checks itself against (planning.Size).
 const (
-	EnvScratchBytes = "SLUICE_SCRATCH_BYTES"
-	EnvJobTimeout   = "SLUICE_JOB_TIMEOUT"
+	EnvScratchBytes   = "SLUICE_SCRATCH_BYTES"
+	EnvJobMemoryBytes = "SLUICE_JOB_MEMORY_BYTES"
+	EnvJobTimeout     = "SLUICE_JOB_TIMEOUT"
 )
 
 // ScratchHeadroomMB is the part of the compact function's /tmp a job's
-// scratch budget leaves free (the runtime's own files, slack).
-const ScratchHeadroomMB = 2048
+// scratch budget leaves free (the runtime's own files, slack);
+// MemoryHeadroomMB the part of its memory a job's estimate leaves to the
+// Go collector (live bytes are what a job is sized by; the heap grows
+// past them before a collection).
+const (
+	ScratchHeadroomMB = 2048
+	MemoryHeadroomMB  = 512
+)
 
 // JobLimits are the job-limit settings that follow from the compact
-// function's spec: its /tmp less ScratchHeadroomMB, and its timeout. The
-// CDK stack gives them to every function, so the planner sizes jobs by the
-// function that runs them.
+// function's spec: its /tmp less ScratchHeadroomMB, its memory less
+// MemoryHeadroomMB, and its timeout. The CDK stack gives them to every
+// function, so the planner sizes jobs by the function that runs them.
 func (r Resources) JobLimits() map[string]string {
 	f := r.Function(Compact)
 	return map[string]string{
-		EnvScratchBytes: fmt.Sprint(uint64(max(f.EphemeralMB-ScratchHeadroomMB, 512)) << 20),
-		EnvJobTimeout:   f.Timeout.String(),
+		EnvScratchBytes:   fmt.Sprint(uint64(max(f.EphemeralMB-ScratchHeadroomMB, 512)) << 20),
+		EnvJobMemoryBytes: fmt.Sprint(uint64(max(f.MemoryMB-MemoryHeadroomMB, 128)) << 20),
+		EnvJobTimeout:     f.Timeout.String(),
 	}
 }
 
