@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -24,8 +25,8 @@ import (
 // StreamUpload writes one object from a stream of unknown length, holding
 // at most MultipartThreshold bytes plus the part being filled and the
 // parts in flight (Parallelism, or the slots of a shared Buffers) in
-// memory, and nothing on disk. It follows Upload's rules, so an attempt that writes
-// the same bytes writes the same object: under MultipartThreshold one PUT,
+// memory, and nothing on disk. It follows Upload's rules, so an attempt
+// that writes the same bytes writes the same object: under MultipartThreshold one PUT,
 // else parts of PartSize; If-None-Match on the PUT and on
 // CompleteMultipartUpload; on 412 an object of the same size and checksum
 // is adopted, any other is ErrNotDeterministic.
@@ -51,7 +52,7 @@ type StreamUpload struct {
 	parts    []types.CompletedPart // by part index
 	digests  []partSum
 	partErr  error
-	holding  int64 // bytes held (guarded by mu), counted in opts.Buffers
+	holding  atomic.Int64 // bytes held, counted in opts.Buffers too
 
 	err    error // sticky
 	done   bool
@@ -71,21 +72,19 @@ func NewStreamUpload(ctx context.Context, api S3API, bucket, key, relPath string
 }
 
 // account adds n to the bytes the upload holds (n < 0: gives them up).
+// It runs for every write the merge makes and as parts finish, so it
+// takes no lock.
 func (u *StreamUpload) account(n int64) {
-	u.mu.Lock()
-	u.holding += n
-	u.mu.Unlock()
+	u.holding.Add(n)
 	if u.opts.Buffers != nil {
 		u.opts.Buffers.add(n)
 	}
 }
 
-// releaseAll gives up whatever the upload still holds.
+// releaseAll gives up whatever the upload still holds; called once no
+// part is in flight.
 func (u *StreamUpload) releaseAll() {
-	u.mu.Lock()
-	n := u.holding
-	u.mu.Unlock()
-	u.account(-n)
+	u.account(-u.holding.Load())
 }
 
 // Write buffers p and sends every full part once the object is known to
@@ -368,10 +367,8 @@ func OpenRange(ctx context.Context, api S3API, bucket string, o Object, offset i
 // PUT's body), with its peak, so a job can report the memory its outputs
 // took.
 type Buffers struct {
-	slots chan struct{}
-
-	mu         sync.Mutex
-	held, peak int64
+	slots      chan struct{}
+	held, peak atomic.Int64
 }
 
 // NewBuffers returns Buffers with slots parts in flight (at least 1).
@@ -380,22 +377,13 @@ func NewBuffers(slots int) *Buffers {
 }
 
 func (b *Buffers) add(n int64) {
-	b.mu.Lock()
-	b.held += n
-	b.peak = max(b.peak, b.held)
-	b.mu.Unlock()
+	held := b.held.Add(n)
+	for peak := b.peak.Load(); held > peak && !b.peak.CompareAndSwap(peak, held); peak = b.peak.Load() {
+	}
 }
 
-// Held is the bytes the uploads hold now; Peak the most they held at once.
-func (b *Buffers) Held() int64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.held
-}
+// Held is the bytes the uploads hold now.
+func (b *Buffers) Held() int64 { return b.held.Load() }
 
 // Peak is the most bytes the uploads held at once.
-func (b *Buffers) Peak() int64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.peak
-}
+func (b *Buffers) Peak() int64 { return b.peak.Load() }
