@@ -48,7 +48,7 @@ func (s *Sluice) addFunction(props Props, f spec.Function) {
 		MemorySize:           jsii.Number(float64(f.MemoryMB)),
 		Timeout:              awscdk.Duration_Seconds(jsii.Number(f.Timeout.Seconds())),
 		EphemeralStorageSize: awscdk.Size_Mebibytes(jsii.Number(float64(f.EphemeralMB))),
-		Environment:          ptr(s.env(props)),
+		Environment:          ptr(s.functionEnv(props, f)),
 		Role:                 role,
 		LogGroup:             logs,
 		// The pipeline is a loop by design: planner → compact → cleaner →
@@ -69,6 +69,14 @@ func (s *Sluice) addFunction(props Props, f spec.Function) {
 		}))
 	}
 	s.Functions[f.ID] = fn
+}
+
+// functionEnv is f's environment: the stack's, and the Go runtime's soft
+// memory limit from f's memory.
+func (s *Sluice) functionEnv(props Props, f spec.Function) map[string]*string {
+	e := s.env(props)
+	e[spec.EnvGoMemLimit] = jsii.String(f.GoMemLimit())
+	return e
 }
 
 // statements are f's IAM statements besides consuming its queue (which the

@@ -263,8 +263,12 @@ func TestFunctionsFollowTheSpec(t *testing.T) {
 			for k, v := range vars {
 				got[k] = render(v)
 			}
-			if !mapsEqual(got, env) {
-				t.Errorf("%s environment:\n got %v\nwant %v", f.ID, got, env)
+			want := map[string]string{spec.EnvGoMemLimit: f.GoMemLimit()}
+			for k, v := range env {
+				want[k] = v
+			}
+			if !mapsEqual(got, want) {
+				t.Errorf("%s environment:\n got %v\nwant %v", f.ID, got, want)
 			}
 			logs := render(p["LoggingConfig"].(map[string]any)["LogGroup"])
 			lg := strings.TrimSuffix(strings.TrimPrefix(logs, "${"), "}")
