@@ -46,6 +46,7 @@ func TestLoadRejects(t *testing.T) {
 		{"split size zero", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_SPLIT_BYTES", "0"), "SLUICE_SPLIT_BYTES"},
 		{"split size not a number", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_SPLIT_BYTES", "1GiB"), "SLUICE_SPLIT_BYTES"},
 		{"bad scratch budget", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_SCRATCH_BYTES", "8GiB"), "SLUICE_SCRATCH_BYTES"},
+		{"job memory below one job's", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_JOB_MEMORY_BYTES", "268435456"), "SLUICE_JOB_MEMORY_BYTES"},
 		{"unknown bucket index", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_BUCKET_INDEX", "loki"), "SLUICE_BUCKET_INDEX"},
 		{"bucket index in a Thanos bucket", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_LAYOUT", "single-tenant", "SLUICE_TENANT", "x",
 			"SLUICE_BUCKET_INDEX", "mimir"), "single-tenant"},

@@ -177,6 +177,10 @@ func (p Policy) Validate() error {
 	if p.MaxPartitions&(p.MaxPartitions-1) != 0 {
 		return fmt.Errorf("planning: max partitions %d is not a power of two", p.MaxPartitions)
 	}
+	if one := JobMemory(1); p.MemoryBytes < one {
+		return fmt.Errorf("planning: job memory (SLUICE_JOB_MEMORY_BYTES) of %s is below the %s a job writing one block needs: every group would be quarantined as too big",
+			bytesString(p.MemoryBytes), bytesString(one))
+	}
 	return nil
 }
 
