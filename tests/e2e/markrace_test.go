@@ -3,12 +3,14 @@ package e2e
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/sluice-dev/sluice/localstack/localrun"
 	"github.com/sluice-dev/sluice/shared/blockgen"
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/pipeline"
@@ -106,5 +108,58 @@ func TestDeletionWaitsForTheRecordedMark(t *testing.T) {
 				t.Errorf("%d delete markers: a delete without a VersionId", len(res.DeleteMarkers))
 			}
 		})
+	}
+}
+
+// A MARK op slower than the deletion delay is not sent twice: the sweep
+// first looks at a retired block RedriveAfter after its retirement (the
+// delay being shorter), so while the op is on its way the block's DEL entry
+// is not due; once the mark is recorded the entry moves to the mark's time
+// plus the delay, and the block is deleted then. (With the entry at the
+// retirement plus the delay, the demo's sweep sent 60 MARKs again for 58
+// blocks.)
+func TestSlowMarkIsNotSentAgain(t *testing.T) {
+	t.Parallel()
+	steps := &testworld.Steps{}
+	w := testworld.New(t, testworld.Options{Pipeline: localrun.Options{Hook: steps.Hook}})
+	ctx := context.Background()
+	if w.Config.RedriveAfter <= 2*w.Config.DeletionDelay {
+		t.Fatalf("the test needs RedriveAfter (%v) well over the deletion delay (%v)", w.Config.RedriveAfter, w.Config.DeletionDelay)
+	}
+	mark := steps.At("uploader.before-mark", "")
+	blocks := halfDay(ctx, w, "acme", 46)
+	settled := make(chan error, 1)
+	go func() {
+		settled <- w.Pipeline.Settle(ctx, 2*time.Second, settleTimeout, func(ctx context.Context) (bool, error) {
+			for _, b := range blocks {
+				r, _, err := w.Store.GetBlock(ctx, "acme", b.Meta.ULID.String())
+				if err != nil || r.State != protocol.BlockDeleted {
+					return false, err
+				}
+			}
+			return w.Quiescent(ctx, "acme")
+		})
+	}()
+	subject := mark.Wait(t, settleTimeout)
+	var held records.Block
+	for _, b := range blocks {
+		if id := b.Meta.ULID.String(); strings.Contains(subject, id) {
+			held, _, _ = w.Store.GetBlock(ctx, "acme", id)
+		}
+	}
+	if held.State != protocol.BlockRetiring || held.MarkVersionID != "" {
+		t.Fatalf("the block whose MARK is held is %s with mark %q; want RETIRING, unmarked", held.State, held.MarkVersionID)
+	}
+	if got := time.Duration(held.RetireAt-held.UpdatedAt) * time.Millisecond; got != w.Config.RedriveAfter {
+		t.Errorf("the sweep first looks at the retired block %v after its retirement; want RedriveAfter (%v), not the %v delay", got, w.Config.RedriveAfter, w.Config.DeletionDelay)
+	}
+	// Hold the MARK past the deletion delay, sweeps running.
+	time.Sleep(w.Config.DeletionDelay + 2*time.Second)
+	mark.Release()
+	if err := <-settled; err != nil {
+		t.Fatal(err)
+	}
+	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
+		t.Fatal(err)
 	}
 }
