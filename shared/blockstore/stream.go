@@ -71,9 +71,9 @@ func NewStreamUpload(ctx context.Context, api S3API, bucket, key, relPath string
 		result: Uploaded{RelPath: relPath, Key: key}, sem: sem}
 }
 
-// account adds n to the bytes the upload holds (n < 0: gives them up).
-// It runs for every write the merge makes and as parts finish, so it
-// takes no lock.
+// account adds n to the bytes the upload holds (n < 0: gives them up):
+// each part's buffer from its allocation until it is sent, and a single
+// PUT's body. It takes no lock: parts finish on their own goroutines.
 func (u *StreamUpload) account(n int64) {
 	u.holding.Add(n)
 	if u.opts.Buffers != nil {
@@ -100,10 +100,10 @@ func (u *StreamUpload) Write(p []byte) (int, error) {
 	for len(p) > 0 {
 		if u.cur == nil {
 			u.cur = make([]byte, 0, u.opts.PartSize)
+			u.account(int64(cap(u.cur)))
 		}
 		n := min(len(p), cap(u.cur)-len(u.cur))
 		u.cur = append(u.cur, p[:n]...)
-		u.account(int64(n))
 		p, written, u.size = p[n:], written+n, u.size+int64(n)
 		if len(u.cur) < cap(u.cur) {
 			continue
@@ -172,7 +172,7 @@ func (u *StreamUpload) send(part []byte) error {
 	}
 	u.wg.Add(1)
 	go func() {
-		defer func() { u.account(-int64(len(part))); <-u.sem; u.wg.Done() }()
+		defer func() { u.account(-int64(cap(part))); <-u.sem; u.wg.Done() }()
 		m, h := md5.Sum(part), sha256.Sum256(part)
 		sum := partSum{md5: m[:], sha256: h[:]}
 		num := int32(i + 1)
@@ -362,10 +362,10 @@ func OpenRange(ctx context.Context, api S3API, bucket string, o Object, offset i
 
 // Buffers is what the streamed uploads of one job share: slots for the
 // parts in flight, so that a job writing many outputs at once sends as
-// many parts as one, and the count of the chunk bytes they hold (parts
-// filling, held before a multipart upload starts, in flight, a single
-// PUT's body), with its peak, so a job can report the memory its outputs
-// took.
+// many parts as one, and the count of the buffers they hold (each part as
+// allocated, while it fills, waits for a multipart upload to start or is
+// in flight; a single PUT's body), with its peak, so a job can report the
+// memory its outputs took.
 type Buffers struct {
 	slots      chan struct{}
 	held, peak atomic.Int64
