@@ -24,7 +24,7 @@ import (
 // memBucket is a versioned bucket in an in-memory S3 that speaks the wire
 // protocol (localstack/memaws): stricter than the fake (5 MiB parts,
 // checksums, ranges).
-func memBucket(t *testing.T) (*s3.Client, string) {
+func memBucket(t testing.TB) (*s3.Client, string) {
 	t.Helper()
 	cloud := memaws.New(memaws.Options{})
 	clients, err := awsenv.Load(context.Background(), awsenv.Options{Endpoint: memaws.Endpoint, HTTPClient: cloud})
