@@ -535,9 +535,9 @@ func forEach(ctx context.Context, entries []records.AgendaEntry, limit int, fn f
 // MARK op on the way: the deletion delay, or RedriveAfter if that is
 // longer. Until the mark is recorded its DEL entry is due then, and the
 // sweep re-sends a MARK it finds unrecorded; a MARK merely slower than a
-// short delay (the demo's 5 s) was sent twice, and the copy could write a
-// second deletion mark. Recording the mark moves the entry to the mark's
-// time plus the delay, so the delay itself is unchanged.
+// short delay (the demo's 5 s) was sent again, an op its block's FIFO
+// group then carried for nothing. Recording the mark moves the entry to
+// the mark's time plus the delay, so the delay itself is unchanged.
 func (c Cleaner) markDue(now time.Time) time.Time {
 	return now.Add(max(c.Config.DeletionDelay, c.Config.RedriveAfter))
 }
