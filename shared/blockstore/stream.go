@@ -26,10 +26,10 @@ import (
 // at most MultipartThreshold bytes plus the part being filled and the
 // parts in flight (Parallelism, or the slots of a shared Buffers) in
 // memory, and nothing on disk. It follows Upload's rules, so an attempt
-// that writes the same bytes writes the same object: under MultipartThreshold one PUT,
-// else parts of PartSize; If-None-Match on the PUT and on
-// CompleteMultipartUpload; on 412 an object of the same size and checksum
-// is adopted, any other is ErrNotDeterministic.
+// that writes the same bytes writes the same object: under
+// MultipartThreshold one PUT, else parts of PartSize; If-None-Match on the
+// PUT and on CompleteMultipartUpload; on 412 an object of the same size
+// and checksum is adopted, any other is ErrNotDeterministic.
 //
 // It is not safe for concurrent use. Close or Abort must be called.
 type StreamUpload struct {
