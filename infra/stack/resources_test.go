@@ -2,6 +2,7 @@ package stack
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 
@@ -263,10 +264,8 @@ func TestFunctionsFollowTheSpec(t *testing.T) {
 			for k, v := range vars {
 				got[k] = render(v)
 			}
-			want := map[string]string{spec.EnvGoMemLimit: f.GoMemLimit()}
-			for k, v := range env {
-				want[k] = v
-			}
+			want := maps.Clone(env)
+			want[spec.EnvGoMemLimit] = f.GoMemLimit()
 			if !mapsEqual(got, want) {
 				t.Errorf("%s environment:\n got %v\nwant %v", f.ID, got, want)
 			}

@@ -31,21 +31,12 @@ func BenchmarkSplitOutputsHold(b *testing.B) {
 				for i := range ups {
 					ups[i] = NewStreamUpload(ctx, api, bucket, fmt.Sprintf("bench/%s/%d/%02d", name, b.N, i), "chunks/000001", opts)
 				}
-				for off := 0; off < perOutput; off += write {
-					for i, u := range ups {
-						// Each output's bytes differ, as partitions' do.
-						chunk := data[off:min(off+write, perOutput)]
-						chunk[0] = byte(i)
-						if _, err := u.Write(chunk); err != nil {
-							b.Fatal(err)
-						}
-					}
-				}
-				for _, u := range ups {
-					if err := u.Close(); err != nil {
-						b.Fatal(err)
-					}
-				}
+				writeRoundRobin(b, ups, perOutput, write, func(i, off, end int) []byte {
+					// Each output's bytes differ, as partitions' do.
+					chunk := data[off:end]
+					chunk[0] = byte(i)
+					return chunk
+				})
 				return opts.Buffers.Peak()
 			}
 			for b.Loop() {
@@ -57,5 +48,18 @@ func BenchmarkSplitOutputsHold(b *testing.B) {
 				b.ReportMetric(float64(after)/float64(before), "ratio")
 			}
 		})
+	}
+}
+
+// planning sizes jobs by the uploads' defaults without importing this
+// package (it is pure): up to 8 outputs, OutputBuffers must be them.
+func TestOutputBuffersKeepTheUploadDefaults(t *testing.T) {
+	for _, outputs := range []int{1, 8} {
+		if threshold, part := planning.OutputBuffers(outputs); threshold != DefaultMultipartThreshold || part != DefaultPartSize {
+			t.Errorf("OutputBuffers(%d) = %d, %d; want the uploads' defaults %d, %d", outputs, threshold, part, DefaultMultipartThreshold, DefaultPartSize)
+		}
+	}
+	if _, part := planning.OutputBuffers(64); part < MinPartSize {
+		t.Errorf("parts of %d bytes for 64 outputs, under S3's smallest part (%d)", part, MinPartSize)
 	}
 }

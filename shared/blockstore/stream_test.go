@@ -191,6 +191,25 @@ func writeFile(t *testing.T, path string, data []byte) {
 	}
 }
 
+// writeRoundRobin writes size bytes to each of ups, write bytes to each in
+// turn, as a merge routes series to partitions, then closes them; chunk
+// gives output i's bytes [off, end).
+func writeRoundRobin(tb testing.TB, ups []*StreamUpload, size, write int, chunk func(i, off, end int) []byte) {
+	tb.Helper()
+	for off := 0; off < size; off += write {
+		for i, u := range ups {
+			if _, err := u.Write(chunk(i, off, min(off+write, size))); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}
+	for _, u := range ups {
+		if err := u.Close(); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
 // partsInFlight counts the UploadPart calls running at once.
 type partsInFlight struct {
 	S3API
@@ -227,19 +246,7 @@ func TestStreamUploadsShareTheirBuffers(t *testing.T) {
 		data[i] = randomBytes(t, size)
 		ups[i] = NewStreamUpload(ctx, api, bucket, fmt.Sprintf("%s/%02d", prefix, i), "chunks/000001", opts)
 	}
-	// Round robin, as a merge routes series to partitions.
-	for off := 0; off < size; off += write {
-		for i, u := range ups {
-			if _, err := u.Write(data[i][off:min(off+write, size)]); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	for _, u := range ups {
-		if err := u.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeRoundRobin(t, ups, size, write, func(i, off, end int) []byte { return data[i][off:end] })
 	bound := int64(outputs)*(opts.MultipartThreshold+opts.PartSize) + slots*opts.PartSize
 	if peak := buffers.Peak(); peak <= 0 || peak > bound {
 		t.Errorf("the outputs held at most %d bytes at once; want some, and at most %d (%d outputs × (threshold + part) + %d parts in flight)",

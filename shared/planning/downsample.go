@@ -163,7 +163,7 @@ func (p Policy) EstimateDownsample(c Candidate, m int) JobEstimate {
 	size := c.IndexBytes + c.ChunkBytes
 	out := size / 2 / uint64(m)
 	e := JobEstimate{Partitions: m, Opened: 1, ReadBytes: size, OutputBytes: out, ScratchBytes: c.IndexBytes + out, Series: c.Series / uint64(m),
-		Outputs: 1, MemoryBytes: JobMemory(1)}
+		Outputs: 1}
 	e.Duration = time.Duration(float64(e.ReadBytes+e.OutputBytes) / float64(p.Throughput) * float64(time.Second))
 	return e
 }

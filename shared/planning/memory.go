@@ -62,10 +62,13 @@ func JobMemory(outputs int) uint64 {
 	return JobBaseMemory + uint64(outputs)*(OutputIndexMemory+uint64(threshold+part)) + UploadSlots*uint64(part) + uint64(threshold)
 }
 
+// Memory is the job's JobMemory, from the outputs it writes at once.
+func (e JobEstimate) Memory() uint64 { return JobMemory(e.Outputs) }
+
 func memoryReason(e JobEstimate, budget uint64) string {
 	what := fmt.Sprintf("partition %d of %d", e.Partition, e.Partitions)
 	if e.Outputs > 1 {
 		what = fmt.Sprintf("the job writing %d partitions", e.Outputs)
 	}
-	return fmt.Sprintf("%s needs about %s of memory, over the %s budget", what, bytesString(e.MemoryBytes), bytesString(budget))
+	return fmt.Sprintf("%s needs about %s of memory, over the %s budget", what, bytesString(e.Memory()), bytesString(budget))
 }

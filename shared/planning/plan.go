@@ -181,7 +181,7 @@ func (p Policy) EstimateSplit(c Candidate, n int) JobEstimate {
 	p = p.Defaults()
 	size := c.IndexBytes + c.ChunkBytes
 	e := JobEstimate{Partitions: n, Opened: 1, ReadBytes: size, OutputBytes: size, ScratchBytes: 2 * c.IndexBytes,
-		Series: c.Series / uint64(max(n, 1)), Outputs: n, MemoryBytes: JobMemory(n)}
+		Series: c.Series / uint64(max(n, 1)), Outputs: n}
 	e.Duration = time.Duration(float64(e.ReadBytes+e.OutputBytes) / float64(p.Throughput) * float64(time.Second))
 	return e
 }

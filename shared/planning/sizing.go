@@ -43,9 +43,8 @@ type JobEstimate struct {
 	// Series is the partition's share of the group's estimated series.
 	Series uint64
 	// Outputs is how many blocks the job writes at once (a split's N,
-	// else 1); MemoryBytes is JobMemory of them.
-	Outputs     int
-	MemoryBytes uint64
+	// else 1): its memory is JobMemory of them (Memory).
+	Outputs int
 	// Duration is (ReadBytes + OutputBytes) at the policy's throughput.
 	Duration time.Duration
 }
@@ -56,7 +55,7 @@ type JobEstimate struct {
 func (p Policy) Fits(e JobEstimate) (bool, string) {
 	p = p.Defaults()
 	switch {
-	case e.MemoryBytes > p.MemoryBytes:
+	case e.Memory() > p.MemoryBytes:
 		return false, memoryReason(e, p.MemoryBytes)
 	case e.ScratchBytes > p.ScratchBytes:
 		return false, fmt.Sprintf("partition %d of %d needs %s of scratch for indexes (%d sources read), over the %s budget",
@@ -75,7 +74,7 @@ func (p Policy) Fits(e JobEstimate) (bool, string) {
 func (p Policy) Estimate(srcs []Candidate, part, n int) JobEstimate {
 	p = p.Defaults()
 	e := JobEstimate{Partition: part, Partitions: n, Series: EstimateSeries(srcs, p.SeriesChurn) / uint64(max(n, 1)),
-		Outputs: 1, MemoryBytes: JobMemory(1)}
+		Outputs: 1}
 	for _, s := range srcs {
 		if !Holds(s.PartitionCount, s.PartitionID, part, n) {
 			continue

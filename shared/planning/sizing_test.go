@@ -298,11 +298,11 @@ func TestOutputBuffers(t *testing.T) {
 }
 
 func TestFitsMemory(t *testing.T) {
-	p := Policy{MemoryBytes: 1 << 30}
-	if ok, why := p.Fits(JobEstimate{Partitions: 16, Outputs: 16, MemoryBytes: 1<<30 + 1}); ok || !strings.Contains(why, "the job writing 16 partitions needs about") {
+	p := Policy{MemoryBytes: JobMemory(16) - 1}
+	if ok, why := p.Fits(JobEstimate{Partitions: 16, Outputs: 16}); ok || !strings.Contains(why, "the job writing 16 partitions needs about") {
 		t.Errorf("a job over the memory budget: %v %q", ok, why)
 	}
-	if ok, _ := p.Fits(JobEstimate{Outputs: 1, MemoryBytes: 1 << 30}); !ok {
+	if ok, _ := (Policy{MemoryBytes: JobMemory(1)}).Fits(JobEstimate{Outputs: 1}); !ok {
 		t.Error("a job at exactly the memory budget must fit")
 	}
 	if _, fits, why := (Policy{MemoryBytes: JobMemory(1) - 1}).Size([]Candidate{src(0, 2, 10, 0, 0), src(2, 4, 10, 0, 0)}); fits || !strings.Contains(why, "of memory") {

@@ -255,6 +255,18 @@ func (w *World) Quiescent(ctx context.Context, tenants ...string) (bool, error) 
 			return false, err
 		}
 	}
+	// A DELETED block's DELETE op is sent after the transition, and its
+	// DEL entry stays on the agenda until it is: a sweep cut off in
+	// between (RunUntilIdle cancels a timer run still going when the
+	// queues go idle) leaves the objects to the next sweep.
+	dels, err := w.Store.Due(ctx, records.AgendaDelete, time.Now().Add(100*365*24*time.Hour))
+	if err != nil {
+		return false, err
+	}
+	deleting := map[string]bool{}
+	for _, e := range dels {
+		deleting[e.Tenant+"/"+e.Subject] = true
+	}
 	for _, tenant := range tenants {
 		groups, err := w.Store.TenantGroups(ctx, tenant)
 		if err != nil {
@@ -273,23 +285,9 @@ func (w *World) Quiescent(ctx context.Context, tenants ...string) (bool, error) 
 		if err != nil {
 			return false, err
 		}
-		// A DELETED block's DELETE op is sent after the transition, and
-		// its DEL entry stays on the agenda until it is: a sweep cut off
-		// in between (RunUntilIdle cancels a timer run still going when
-		// the queues go idle) leaves the objects to the next sweep.
-		dels, err := w.Store.Due(ctx, records.AgendaDelete, time.Now().Add(100*365*24*time.Hour))
-		if err != nil {
-			return false, err
-		}
-		deleting := map[string]bool{}
-		for _, e := range dels {
-			if e.Tenant == tenant {
-				deleting[e.Subject] = true
-			}
-		}
 		for _, b := range blocks {
 			switch {
-			case b.State == protocol.BlockDeleted && deleting[b.ID]:
+			case b.State == protocol.BlockDeleted && deleting[tenant+"/"+b.ID]:
 				return false, nil
 			case b.State == protocol.BlockClaimed && quarantined[b.ClaimedBy]:
 				// A quarantined group's sources stay claimed.
