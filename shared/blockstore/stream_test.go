@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -293,4 +294,115 @@ func TestStreamUploadAbortGivesItsBuffersBack(t *testing.T) {
 	if buffers.Held() != 0 || buffers.Peak() < 5<<20 {
 		t.Fatalf("after the abort %d bytes held (peak %d); want 0 held, a peak of at least a part", buffers.Held(), buffers.Peak())
 	}
+}
+
+// The parts S3 has taken are filled again: a job streaming one object
+// after another, in many parts or in one PUT of several held parts, makes
+// no more part buffers than it uses at once (the one filling, those in
+// flight and the one waiting for a slot), and every object still reads
+// back as its own bytes, none overwritten by the next's.
+func TestStreamUploadsFillGivenBackParts(t *testing.T) {
+	api, bucket := memBucket(t)
+	ctx := context.Background()
+	const slots, part = 2, 5 << 20
+	buffers := NewBuffers(slots)
+	opts := UploadOptions{MultipartThreshold: 12 << 20, PartSize: part, Buffers: buffers}
+	prefix := fmt.Sprintf("t/refill-%d", time.Now().UnixNano())
+	sizes := []int{31<<20 + 7, 11 << 20, 26 << 20, 3 << 20} // parts, a PUT of 3 held parts, parts, a PUT of 1
+	written := 0
+	for i, size := range sizes {
+		data := randomBytes(t, size)
+		key := fmt.Sprintf("%s/%d", prefix, i)
+		got, err := streamIn(ctx, api, bucket, key, data, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		written += size
+		rc, err := OpenRange(ctx, api, bucket, Object{Key: key, VersionID: got.VersionID, Size: got.Size}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(rc)
+		_ = rc.Close()
+		if err != nil || !bytes.Equal(b, data) {
+			t.Fatalf("object %d reads back %d bytes, %v; want its own %d", i, len(b), err, size)
+		}
+	}
+	made := len(buffers.free) // every part is given back once its PUT succeeded
+	if want := slots + 2; made == 0 || made > want {
+		t.Errorf("%d part buffers made for %d MiB in %d objects; want 1 to %d (the filling part, %d in flight, one waiting)",
+			made, written>>20, len(sizes), want, slots)
+	}
+	if buffers.Held() != 0 {
+		t.Errorf("%d bytes still held after every upload closed", buffers.Held())
+	}
+}
+
+// A chunk stream's GET does not ask S3 for the object's checksum: its
+// reader checks each chunk it keeps, and the SDK would otherwise hash the
+// whole stream again (a stream from offset 0 is the whole object). The
+// bytes and the size check are as before.
+func TestOpenRangeLeavesTheChecksumToItsReader(t *testing.T) {
+	cloud := &headerLog{Cloud: memaws.New(memaws.Options{})}
+	clients, err := awsenv.Load(context.Background(), awsenv.Options{Endpoint: memaws.Endpoint, HTTPClient: cloud})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, ctx, bucket := clients.S3, context.Background(), "checksum-test"
+	if _, err := api.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := api.PutBucketVersioning(ctx, &s3.PutBucketVersioningInput{Bucket: aws.String(bucket),
+		VersioningConfiguration: &types.VersioningConfiguration{Status: types.BucketVersioningStatusEnabled}}); err != nil {
+		t.Fatal(err)
+	}
+	data := randomBytes(t, 1<<20)
+	up, err := streamIn(ctx, api, bucket, "t/seg", data, UploadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, off := range []int64{0, 1000} {
+		rc, err := OpenRange(ctx, api, bucket, Object{Key: up.Key, VersionID: up.VersionID, Size: up.Size}, off)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(rc)
+		_ = rc.Close()
+		if err != nil || !bytes.Equal(b, data[off:]) {
+			t.Fatalf("from %d: %d bytes, %v; want %d", off, len(b), err, len(data)-int(off))
+		}
+		if mode := cloud.last(http.MethodGet).Get("X-Amz-Checksum-Mode"); mode != "" {
+			t.Errorf("the GET from %d asked for the object's checksum (x-amz-checksum-mode: %s)", off, mode)
+		}
+	}
+	// The SDK's default does ask, for any other GET: the test would see it.
+	if _, err := api.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(up.Key)}); err != nil {
+		t.Fatal(err)
+	}
+	if mode := cloud.last(http.MethodGet).Get("X-Amz-Checksum-Mode"); mode == "" {
+		t.Error("a plain GetObject did not ask for the checksum: the check above proves nothing")
+	}
+}
+
+// headerLog records the headers of the requests it carries.
+type headerLog struct {
+	*memaws.Cloud
+	mu   sync.Mutex
+	seen map[string]http.Header // by method, the last
+}
+
+func (h *headerLog) Do(r *http.Request) (*http.Response, error) {
+	h.mu.Lock()
+	if h.seen == nil {
+		h.seen = map[string]http.Header{}
+	}
+	h.seen[r.Method] = r.Header.Clone()
+	h.mu.Unlock()
+	return h.Cloud.Do(r)
+}
+
+func (h *headerLog) last(method string) http.Header {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.seen[method]
 }

@@ -52,14 +52,15 @@ func OutputBuffers(outputs int) (threshold, partSize int64) {
 }
 
 // JobMemory estimates the memory of a job that writes outputs blocks at
-// once: its base, each output's index writer and held chunk bytes, the
-// parts in flight and, while a segment is sent in one PUT, a copy of it.
+// once: its base, each output's index writer and held chunk bytes, and
+// the parts in flight. A segment sent in one PUT is sent from the parts
+// it is held in, not copied.
 // Source indexes are mapped files, not counted: the kernel can drop their
 // pages (and Lambda's /tmp is a disk, not the function's memory).
 func JobMemory(outputs int) uint64 {
 	outputs = max(outputs, 1)
 	threshold, part := OutputBuffers(outputs)
-	return JobBaseMemory + uint64(outputs)*(OutputIndexMemory+uint64(threshold+part)) + UploadSlots*uint64(part) + uint64(threshold)
+	return JobBaseMemory + uint64(outputs)*(OutputIndexMemory+uint64(threshold+part)) + UploadSlots*uint64(part)
 }
 
 // Memory is the job's JobMemory, from the outputs it writes at once.
