@@ -394,11 +394,13 @@ func OpenRange(ctx context.Context, api S3API, bucket string, o Object, offset i
 // start or is in flight), with its peak, so a job can report the memory
 // its outputs took; and the part buffers S3 has taken, to be filled again.
 //
-// A part is given back only once S3 has answered its PUT with success,
-// so it has read every byte of it, and never after a failure, which may
-// leave the HTTP client still sending it. Filling a given-back part again
-// costs no fresh memory: a new 16 MiB buffer costs its page faults as it
-// is first written, more than copying the chunks into it.
+// A part is given back only once the PUT that sent it has succeeded.
+// Any request that may still be reading it then (an earlier attempt,
+// answered before it finished sending) has been answered already, so
+// filling the part again cannot change a stored object; after a PUT that
+// failed the part is dropped. Filling a given-back part costs no fresh
+// memory: a new 16 MiB buffer costs its page faults as it is first
+// written, more than copying the chunks into it.
 type Buffers struct {
 	slots      chan struct{}
 	held, peak atomic.Int64
