@@ -66,11 +66,14 @@ type Config struct {
 	// (SLUICE_LEASE_DURATION, default 20m: longer than the compact
 	// function's 15 min timeout, so a live job never loses its lease).
 	LeaseDuration time.Duration
-	// StuckAfter is how long a version may make no progress (no lease,
-	// commit or transition) before the sweep supersedes it
+	// StuckAfter is how long a planned version may make no progress (no
+	// lease, commit or transition) before the sweep supersedes it
 	// (SLUICE_STUCK_AFTER, default 3h: longer than a job's five receives
 	// of at most 15 minutes each plus their redrives, so only a version
 	// whose jobs are truly gone — DLQ'd or never sent — is superseded).
+	// A version still CLAIMING is superseded once its planner's
+	// invocation is over (records.Group.ClaimUntil), or after this if
+	// that is sooner.
 	StuckAfter time.Duration
 	// RedriveAfter is how long a partition may sit PENDING or with an
 	// expired lease before the sweep re-sends its job

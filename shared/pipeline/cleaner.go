@@ -116,7 +116,17 @@ func (c Cleaner) Advance(ctx context.Context, tenant string, g planning.GroupKey
 	now := c.now()
 	switch head.State {
 	case protocol.GroupClaiming:
-		if sweeping && now.UnixMilli()-head.UpdatedAt > c.Config.StuckAfter.Milliseconds() {
+		// Only the planner that created it moves it on; once that
+		// planner's invocation is over, nobody will. StuckAfter bounds
+		// every unfinished state, this one too: a deployment that sets it
+		// below the planner's invocation gets what it asked for (the
+		// chaos run, whose 40 s would otherwise wait up to 15 minutes of
+		// its clock for a planner it crashed).
+		switch {
+		case !sweeping:
+		case head.ClaimAbandoned(now):
+			return c.supersede(ctx, head, protocol.GroupClaiming, "its planner's invocation ended before it was planned")
+		case now.UnixMilli()-head.UpdatedAt > c.Config.StuckAfter.Milliseconds():
 			return c.supersede(ctx, head, protocol.GroupClaiming, "claiming made no progress")
 		}
 		return nil

@@ -633,6 +633,9 @@ func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKe
 	} else if head, _, err = p.records().GetGroup(ctx, tenant, g); err != nil {
 		return false, err
 	}
+	if head.ClaimAbandoned(p.now()) {
+		return p.supersedeAbandoned(ctx, head, log)
+	}
 	if head.State.Unfinished() {
 		log.InfoContext(ctx, "group busy; backing off", "version", head.Version, "state", head.State)
 		return false, nil
@@ -677,7 +680,7 @@ func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKe
 	next := records.Group{
 		Tenant: tenant, Key: g, Version: head.Version + 1, State: protocol.GroupClaiming,
 		CreatedAt: now.UnixMilli(), UpdatedAt: now.UnixMilli(), Partitions: dec.Partitions,
-		EverCompleted: head.EverCompleted,
+		EverCompleted: head.EverCompleted, ClaimUntil: claimUntil(ctx, now).UnixMilli(),
 	}
 	byID := map[string]records.Block{}
 	for _, b := range blocks {
@@ -751,6 +754,38 @@ func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKe
 	}
 	next.State = protocol.GroupPlanned
 	return false, p.sendJobs(ctx, next, nil, 0)
+}
+
+// supersedeAbandoned ends a version left CLAIMING by a planner whose
+// invocation is over (a timeout, a crash between creating the version and
+// planning it): its retry, or any planner that looks at the group after,
+// would otherwise back off from a busy group that nobody moves on, until
+// the sweep's StuckAfter. The supersede is fenced on the version and its
+// state, and a claim or plan of it after that is lost, so a planner that
+// is slow rather than dead cannot finish it. The group is planned again.
+func (p Planner) supersedeAbandoned(ctx context.Context, head records.Group, log *slog.Logger) (again bool, err error) {
+	log = log.With("version", head.Version)
+	if err := p.records().Supersede(ctx, head, protocol.GroupClaiming, "its planner's invocation ended before it was planned", p.now()); err != nil {
+		if records.IsConditionLost(err) {
+			log.InfoContext(ctx, "abandoned version moved on first; reading it again", "lost", err)
+			return true, nil
+		}
+		return false, err
+	}
+	log.WarnContext(ctx, "version abandoned while claiming (its planner's invocation ended); superseded and re-planned",
+		"claimUntil", time.UnixMilli(head.ClaimUntil).UTC())
+	head.State = protocol.GroupSuperseded
+	return true, p.cleanupSuperseded(ctx, head)
+}
+
+// claimUntil is when the invocation planning a version at now ends: its
+// context's deadline, measured on the planner's clock, or Lambda's longest
+// invocation without one.
+func claimUntil(ctx context.Context, now time.Time) time.Time {
+	if deadline, ok := ctx.Deadline(); ok {
+		return now.Add(min(time.Until(deadline), records.MaxInvocation))
+	}
+	return now.Add(records.MaxInvocation)
 }
 
 // candidates tells planning what it needs of each block in a range.

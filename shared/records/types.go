@@ -8,6 +8,8 @@
 package records
 
 import (
+	"time"
+
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/stream"
@@ -164,6 +166,31 @@ type Group struct {
 	// History summarises the versions before this one (the newest
 	// MaxHistory), so status can tell why a group is at its version.
 	History []VersionSummary `dynamodbav:"history,omitempty"`
+	// ClaimUntil (ms) is when the invocation of the planner that created
+	// this version ends. Only that planner claims its sources and moves
+	// the version on, so one still CLAIMING after then was abandoned
+	// (ClaimAbandoned). Zero on versions written before it was recorded.
+	ClaimUntil int64 `dynamodbav:"claimUntil,omitempty"`
+}
+
+// MaxInvocation is the longest a Lambda invocation runs (its timeout's
+// upper bound): the claim deadline of a planner whose context has none,
+// and of a version recorded without one.
+const MaxInvocation = 15 * time.Minute
+
+// ClaimAbandoned reports whether g is a version still CLAIMING whose
+// planner's invocation has ended: nobody will claim its sources or plan
+// it, and superseding it (fenced: a claim or a plan of it after that is
+// lost) lets the group be planned again.
+func (g Group) ClaimAbandoned(now time.Time) bool {
+	if g.State != protocol.GroupClaiming {
+		return false
+	}
+	until := g.ClaimUntil
+	if until == 0 {
+		until = g.CreatedAt + MaxInvocation.Milliseconds()
+	}
+	return now.UnixMilli() > until
 }
 
 // MaxHistory bounds Group.History.

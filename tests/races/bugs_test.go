@@ -3,6 +3,7 @@ package races
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/pipeline"
 	"github.com/sluice-dev/sluice/shared/protocol"
+	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/tests/testworld"
 )
 
@@ -165,6 +167,22 @@ func topLevelOnly(c *config.Config) {
 	c.Policy.CloseDelay = 24 * time.Hour
 }
 
+// lateAfterRetired runs version 1 to RETIRED, uploads the late block and
+// returns its S3 notification, for the test to deliver itself.
+func (w *world003) lateAfterRetired() events.SQSMessage {
+	w.t.Helper()
+	w.plan()
+	w.run(1, 0, 1, 2, 3)
+	w.pump(w.main, nil)
+	w.wantState(w.g, 1, protocol.GroupRetired)
+	w.upload(corpus.late)
+	evs := w.takeEvents()
+	if len(evs) != 1 {
+		w.t.Fatalf("%d S3 notifications after the late upload, want its one", len(evs))
+	}
+	return evs[0]
+}
+
 // TestBugReplanLostWhenCleanupDiesAfterFinish (chaos seed 8): a planner
 // died after claiming (version 2 stays CLAIMING); the sweep supersedes it
 // after StuckAfter, releases the claims, takes the version off the agenda
@@ -175,15 +193,10 @@ func topLevelOnly(c *config.Config) {
 func TestBugReplanLostWhenCleanupDiesAfterFinish(t *testing.T) {
 	t.Parallel()
 	w := newWorld003With(t, topLevelOnly)
-	w.plan()
-	w.run(1, 0, 1, 2, 3)
-	w.pump(w.main, nil)
-	w.wantState(w.g, 1, protocol.GroupRetired)
-	w.upload(corpus.late)
-	evs := w.takeEvents()
+	late := w.lateAfterRetired()
 	planner := w.actor("planner", nil)
 	planned := planner.steps.At("planner.before-planned", "@v2")
-	done := w.goEvent(planner, evs[0])
+	done := w.goEvent(planner, late)
 	planned.Wait(t, stepTimeout)
 	planned.Crash()
 	if err := wait(t, done); err == nil {
@@ -470,5 +483,126 @@ func TestRegistrationRacingReupload(t *testing.T) {
 		t.Fatalf("the losing registration changed the record: meta %s→%s, gen %d→%d", won.MetaVersionID, after.MetaVersionID, won.Gen, after.Gen)
 	}
 	w.upload(corpus.v1[1:]...)
+	w.finish()
+}
+
+// TestAbandonedClaimIsSupersededByTheNextPlanner (the demo under make
+// test's load, 2026-12-05): planners timed out between creating a version
+// and planning it, and every later planner backed off from a group busy
+// with a version nobody would move on: the sweep superseded it only after
+// StuckAfter (3 h by default). A version now records when its planner's
+// invocation ends (ClaimUntil). The event delivered again before then
+// backs off, since that planner may still be working; delivered after,
+// it supersedes the version, which releases its claims, and plans the
+// next one at once, with no sweep. A planner that was only slow meets the
+// fence: its claims of the superseded version are refused.
+func TestAbandonedClaimIsSupersededByTheNextPlanner(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		step  pipeline.Step
+		crash bool // the first planner dies there; else it goes on once v3 is planned
+	}{
+		{"dead after claiming", "planner.before-planned", true},
+		{"slow before claiming", "planner.before-claim", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			w := newWorld003With(t, topLevelOnly)
+			late := w.lateAfterRetired()
+			first := w.actor("first-planner", nil)
+			paused := first.steps.At(c.step, "@v2")
+			done := w.goEvent(first, late)
+			paused.Wait(t, stepTimeout)
+			if c.crash {
+				paused.Crash()
+				if err := wait(t, done); err == nil {
+					t.Fatal("the first planner did not die")
+				}
+			}
+			v2 := w.wantState(w.g, 2, protocol.GroupClaiming)
+			if v2.ClaimUntil <= v2.CreatedAt {
+				t.Fatalf("version 2 records no claim deadline after its creation: %+v", v2)
+			}
+
+			// Redelivered while the first planner's invocation may still run.
+			if err := wait(t, w.goEvent(w.main, late)); err != nil {
+				t.Fatal(err)
+			}
+			w.wantState(w.g, 2, protocol.GroupClaiming)
+
+			w.clock.Advance(records.MaxInvocation + time.Second)
+			if err := wait(t, w.goEvent(w.main, late)); err != nil {
+				t.Fatal(err)
+			}
+			h := w.head(w.g)
+			if h.Version != 3 || h.State != protocol.GroupPlanned {
+				t.Fatalf("after the first planner's invocation the head is v%d %s, want v3 PLANNED", h.Version, h.State)
+			}
+			if last := h.History[len(h.History)-1]; last.Version != 2 || last.State != protocol.GroupSuperseded ||
+				!strings.Contains(last.Reason, "invocation ended") {
+				t.Fatalf("version 2 ended %+v, want SUPERSEDED because its planner's invocation ended", last)
+			}
+			if !slices.Contains(h.Sources, corpus.late.Meta.ULID.String()) {
+				t.Fatalf("version 3's sources %v lack the late block %s", h.Sources, corpus.late.Meta.ULID)
+			}
+			if !c.crash {
+				paused.Release()
+				if err := wait(t, done); err != nil {
+					t.Fatalf("the slow planner: %v", err)
+				}
+				for _, id := range h.Sources {
+					if b := w.block(id); b.ClaimedBy != h.Ref() {
+						t.Errorf("source %s is claimed by %q after the slow planner went on, want %s", id, b.ClaimedBy, h.Ref())
+					}
+				}
+				w.wantState(w.g, 3, protocol.GroupPlanned)
+			}
+			w.finish()
+		})
+	}
+}
+
+// TestAbandonedClaimIsSweptAfterStuckAfter: the sweep supersedes a version
+// CLAIMING for longer than StuckAfter when that comes before its planner's
+// invocation ends (a deployment setting StuckAfter below 15 minutes, as
+// the chaos run does: without it, each version a chaos crash left CLAIMING
+// waited 15 minutes of the run's clock, and seed 2 outgrew its settle bound
+// in CI). Before StuckAfter, the sweep leaves it to its planner.
+func TestAbandonedClaimIsSweptAfterStuckAfter(t *testing.T) {
+	t.Parallel()
+	const stuck = 2 * time.Minute
+	w := newWorld003With(t, func(c *config.Config) {
+		topLevelOnly(c)
+		c.StuckAfter = stuck
+	})
+	late := w.lateAfterRetired()
+	planner := w.actor("planner", nil)
+	planned := planner.steps.At("planner.before-planned", "@v2")
+	done := w.goEvent(planner, late)
+	planned.Wait(t, stepTimeout)
+	planned.Crash()
+	if err := wait(t, done); err == nil {
+		t.Fatal("the planner did not die")
+	}
+	v2 := w.wantState(w.g, 2, protocol.GroupClaiming)
+	if time.Duration(v2.ClaimUntil-v2.CreatedAt)*time.Millisecond <= stuck {
+		t.Fatalf("version 2's claim deadline %v after its creation is not past StuckAfter (%v): the case tests nothing",
+			time.Duration(v2.ClaimUntil-v2.CreatedAt)*time.Millisecond, stuck)
+	}
+
+	w.clock.Advance(stuck / 2)
+	w.sweep(w.main)
+	w.wantState(w.g, 2, protocol.GroupClaiming)
+
+	w.clock.Advance(stuck)
+	w.sweep(w.main)
+	if v2 := w.wantState(w.g, 2, protocol.GroupSuperseded); !strings.Contains(v2.Reason, "no progress") {
+		t.Fatalf("version 2 superseded because %q, want the sweep's StuckAfter (no progress)", v2.Reason)
+	}
+	w.pump(w.main, nil)
+	if h := w.head(w.g); h.Version != 3 || !slices.Contains(h.Sources, corpus.late.Meta.ULID.String()) {
+		t.Fatalf("after the sweep the head is v%d %s with sources %v, want v3 with the late block %s",
+			h.Version, h.State, h.Sources, corpus.late.Meta.ULID)
+	}
 	w.finish()
 }
