@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +43,11 @@ type version struct {
 
 func (f *fakeS3) etag(md5hex string) string {
 	if f.kms {
+		// A multipart object's keeps its "-<parts>", as S3's does.
+		_, parts, multipart := strings.Cut(md5hex, "-")
+		if multipart {
+			return fmt.Sprintf("kms%029d-%s", f.seq, parts)
+		}
 		return fmt.Sprintf("kms%029d", f.seq)
 	}
 	return md5hex
@@ -68,6 +74,13 @@ func (f *fakeS3) putSum(key string, data []byte, etag, checksum string) string {
 	id := fmt.Sprintf("v%04d", f.seq)
 	f.objects[key] = append(f.objects[key], version{id: id, etag: f.etag(etag), checksum: checksum, data: data})
 	return id
+}
+
+// lastETag is the quoted ETag of key's newest version, as S3 answers a
+// write with it.
+func (f *fakeS3) lastETag(key string) *string {
+	vs := f.objects[key]
+	return aws.String(`"` + vs[len(vs)-1].etag + `"`)
 }
 
 func (f *fakeS3) GetObject(ctx context.Context, in *s3.GetObjectInput, _ ...func(*s3.Options)) (*s3.GetObjectOutput, error) {
@@ -128,7 +141,8 @@ func (f *fakeS3) PutObject(ctx context.Context, in *s3.PutObjectInput, _ ...func
 	if in.ChecksumSHA256 != nil && *in.ChecksumSHA256 != checksum {
 		return nil, apiErr("BadDigest")
 	}
-	return &s3.PutObjectOutput{VersionId: aws.String(f.putSum(*in.Key, data, hex.EncodeToString(sum[:]), checksum))}, nil
+	id := f.putSum(*in.Key, data, hex.EncodeToString(sum[:]), checksum)
+	return &s3.PutObjectOutput{VersionId: aws.String(id), ETag: f.lastETag(*in.Key)}, nil
 }
 
 func (f *fakeS3) CreateMultipartUpload(ctx context.Context, in *s3.CreateMultipartUploadInput, _ ...func(*s3.Options)) (*s3.CreateMultipartUploadOutput, error) {
@@ -175,7 +189,8 @@ func (f *fakeS3) CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMul
 	n := len(in.MultipartUpload.Parts)
 	etag := fmt.Sprintf("%s-%d", hex.EncodeToString(h.Sum(nil)), n)
 	checksum := fmt.Sprintf("%s-%d", base64.StdEncoding.EncodeToString(c.Sum(nil)), n)
-	return &s3.CompleteMultipartUploadOutput{VersionId: aws.String(f.putSum(*in.Key, data, etag, checksum))}, nil
+	id := f.putSum(*in.Key, data, etag, checksum)
+	return &s3.CompleteMultipartUploadOutput{VersionId: aws.String(id), ETag: f.lastETag(*in.Key)}, nil
 }
 
 func (f *fakeS3) AbortMultipartUpload(ctx context.Context, in *s3.AbortMultipartUploadInput, _ ...func(*s3.Options)) (*s3.AbortMultipartUploadOutput, error) {

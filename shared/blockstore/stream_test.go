@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -27,7 +30,14 @@ import (
 // checksums, ranges).
 func memBucket(t testing.TB) (*s3.Client, string) {
 	t.Helper()
-	cloud := memaws.New(memaws.Options{})
+	api, bucket, _ := loggedMemBucket(t)
+	return api, bucket
+}
+
+// loggedMemBucket is memBucket, with the headers of every request kept.
+func loggedMemBucket(t testing.TB) (*s3.Client, string, *headerLog) {
+	t.Helper()
+	cloud := &headerLog{Cloud: memaws.New(memaws.Options{})}
 	clients, err := awsenv.Load(context.Background(), awsenv.Options{Endpoint: memaws.Endpoint, HTTPClient: cloud})
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +50,7 @@ func memBucket(t testing.TB) (*s3.Client, string) {
 		VersioningConfiguration: &types.VersioningConfiguration{Status: types.BucketVersioningStatusEnabled}}); err != nil {
 		t.Fatal(err)
 	}
-	return clients.S3, "stream-test"
+	return clients.S3, "stream-test", cloud
 }
 
 // streamBucket is the emulator's bucket, or memaws' under -short.
@@ -343,19 +353,8 @@ func TestStreamUploadsFillGivenBackParts(t *testing.T) {
 // whole stream again (a stream from offset 0 is the whole object). The
 // bytes and the size check are as before.
 func TestOpenRangeLeavesTheChecksumToItsReader(t *testing.T) {
-	cloud := &headerLog{Cloud: memaws.New(memaws.Options{})}
-	clients, err := awsenv.Load(context.Background(), awsenv.Options{Endpoint: memaws.Endpoint, HTTPClient: cloud})
-	if err != nil {
-		t.Fatal(err)
-	}
-	api, ctx, bucket := clients.S3, context.Background(), "checksum-test"
-	if _, err := api.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := api.PutBucketVersioning(ctx, &s3.PutBucketVersioningInput{Bucket: aws.String(bucket),
-		VersioningConfiguration: &types.VersioningConfiguration{Status: types.BucketVersioningStatusEnabled}}); err != nil {
-		t.Fatal(err)
-	}
+	api, bucket, cloud := loggedMemBucket(t)
+	ctx := context.Background()
 	data := randomBytes(t, 1<<20)
 	up, err := streamIn(ctx, api, bucket, "t/seg", data, UploadOptions{})
 	if err != nil {
@@ -406,3 +405,50 @@ func (h *headerLog) last(method string) http.Header {
 	defer h.mu.Unlock()
 	return h.seen[method]
 }
+
+// A PUT is signed with the SHA-256 its checksum header carries: the SDK
+// reads the body once, to send it, instead of once more to hash it (which
+// it does over plain HTTP), and the signature still covers the body.
+func TestSignedWithReadsTheBodyOnce(t *testing.T) {
+	api, bucket, cloud := loggedMemBucket(t)
+	ctx := context.Background()
+	data := randomBytes(t, 3<<20)
+	sum := sha256.Sum256(data)
+	for _, tc := range []struct {
+		name      string
+		opts      []func(*s3.Options)
+		wantReads int
+	}{
+		{"SDK's own hash", nil, 2},
+		{"signedWith", []func(*s3.Options){signedWith(sum[:])}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := &countingReadSeeker{r: bytes.NewReader(data)}
+			if _, err := api.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("k"), Body: body,
+				ContentLength: aws.Int64(int64(len(data))), ChecksumAlgorithm: types.ChecksumAlgorithmSha256,
+				ChecksumSHA256: aws.String(base64.StdEncoding.EncodeToString(sum[:]))}, tc.opts...); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := body.n, int64(tc.wantReads*len(data)); got != want {
+				t.Errorf("the SDK read %d bytes of the body; want %d (%d × the body)", got, want, tc.wantReads)
+			}
+			if got, want := cloud.last(http.MethodPut).Get("X-Amz-Content-Sha256"), hex.EncodeToString(sum[:]); got != want {
+				t.Errorf("payload hash signed: %q; want the body's SHA-256 %q", got, want)
+			}
+		})
+	}
+}
+
+// countingReadSeeker counts the bytes read through it.
+type countingReadSeeker struct {
+	r *bytes.Reader
+	n int64
+}
+
+func (c *countingReadSeeker) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (c *countingReadSeeker) Seek(off int64, whence int) (int64, error) { return c.r.Seek(off, whence) }

@@ -3,7 +3,6 @@ package blockstore
 import (
 	"bytes"
 	"context"
-	"crypto/md5"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -16,8 +15,10 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/sluice-dev/sluice/shared/s3errors"
 )
@@ -36,7 +37,7 @@ type UploadOptions struct {
 	// Zero means DefaultMultipartThreshold (64 MiB).
 	MultipartThreshold int64
 	// PartSize of a multipart upload; zero means DefaultPartSize (16 MiB),
-	// smaller than MinPartSize is raised to it. The ETag of a multipart
+	// smaller than MinPartSize is raised to it. The checksum of a multipart
 	// object depends on it: every attempt of a job must use the same value
 	// for adoption to recognise its earlier objects.
 	PartSize int64
@@ -64,7 +65,10 @@ func (o UploadOptions) withDefaults() UploadOptions {
 
 // Uploaded is one object Upload wrote or adopted.
 type Uploaded struct {
-	RelPath, Key, VersionID, ETag string
+	RelPath, Key, VersionID string
+	// ETag is the one S3 answered with (without quotes), recorded for
+	// people: under SSE-KMS it is no MD5 of the bytes.
+	ETag string
 	// Checksum is the object's SHA-256 as S3 keeps it (base64; for a
 	// multipart upload the composite of its parts' and "-<parts>"): what
 	// an earlier attempt's object is recognised by. An ETag is no MD5 under
@@ -127,41 +131,49 @@ func uploadFile(ctx context.Context, api S3API, bucket, key, dir, rel string, op
 	}
 	size := fi.Size()
 	multipart := size >= opts.MultipartThreshold
-	parts, err := partDigests(f, size, multipart, opts.PartSize)
+	parts, err := partChecksums(f, size, multipart, opts.PartSize)
 	if err != nil {
 		return Uploaded{}, fmt.Errorf("hash %s: %w", p, err)
 	}
-	u := Uploaded{RelPath: rel, Key: key, ETag: expectedETag(parts, multipart), Checksum: checksumOf(parts, multipart), Size: size}
-	put := func() (string, error) {
+	u := Uploaded{RelPath: rel, Key: key, Checksum: checksumOf(parts, multipart), Size: size}
+	put := func() (written, error) {
 		if multipart {
 			return putMultipart(ctx, api, bucket, key, f, size, opts.PartSize, parts)
 		}
 		return putSingle(ctx, api, bucket, key, io.NewSectionReader(f, 0, size), size, parts[0])
 	}
-	vid, adopted, err := putIfAbsent(ctx, api, bucket, key, size, u.Checksum, put)
+	w, adopted, err := putIfAbsent(ctx, api, bucket, key, size, u.Checksum, put)
 	if err != nil {
 		return u, err
 	}
-	u.VersionID, u.Adopted = vid, adopted
+	u.VersionID, u.ETag, u.Adopted = w.versionID, w.etag, adopted
 	return u, nil
+}
+
+// written is S3's answer to an object write: the version it made (or,
+// adopted, found) and its ETag.
+type written struct{ versionID, etag string }
+
+func writtenBy(versionID, etag *string) written {
+	return written{versionID: deref(versionID), etag: strings.Trim(deref(etag), `"`)}
 }
 
 // putIfAbsent runs put (a conditional write) until it writes the key or
 // finds it holding the same bytes (adopted), retrying 409 conflicts and a
 // 412 whose winner vanished.
-func putIfAbsent(ctx context.Context, api S3API, bucket, key string, size int64, checksum string, put func() (string, error)) (vid string, adopted bool, err error) {
+func putIfAbsent(ctx context.Context, api S3API, bucket, key string, size int64, checksum string, put func() (written, error)) (w written, adopted bool, err error) {
 	for attempt := 0; ; attempt++ {
-		vid, err := put()
+		w, err := put()
 		switch {
 		case err == nil:
-			if vid == "" {
-				return "", false, fmt.Errorf("no VersionId returned: is versioning on for bucket %s?", bucket)
+			if w.versionID == "" {
+				return written{}, false, fmt.Errorf("no VersionId returned: is versioning on for bucket %s?", bucket)
 			}
-			return vid, false, nil
+			return w, false, nil
 		case s3errors.IsPreconditionFailed(err):
 			existing, found, herr := adopt(ctx, api, bucket, key, size, checksum)
 			if herr != nil {
-				return "", false, herr
+				return written{}, false, herr
 			}
 			if found {
 				return existing, true, nil
@@ -169,14 +181,14 @@ func putIfAbsent(ctx context.Context, api S3API, bucket, key string, size int64,
 			// The object that made us lose is gone again: try once more.
 		case s3errors.IsConflict(err):
 		default:
-			return "", false, err
+			return written{}, false, err
 		}
 		if attempt >= maxConflictRetries {
-			return "", false, fmt.Errorf("conditional write kept conflicting after %d attempts: %w", attempt+1, err)
+			return written{}, false, fmt.Errorf("conditional write kept conflicting after %d attempts: %w", attempt+1, err)
 		}
 		select {
 		case <-ctx.Done():
-			return "", false, ctx.Err()
+			return written{}, false, ctx.Err()
 		case <-time.After(time.Duration(50<<attempt) * time.Millisecond):
 		}
 	}
@@ -187,12 +199,9 @@ func putIfAbsent(ctx context.Context, api S3API, bucket, key string, size int64,
 // (an earlier attempt of the same write, or another writer's), its
 // version is returned, and same says whether it holds these very bytes.
 func PutOnce(ctx context.Context, api S3API, bucket, key string, body []byte) (vid string, same bool, err error) {
-	parts, err := partDigests(bytes.NewReader(body), int64(len(body)), false, 0)
-	if err != nil {
-		return "", false, err
-	}
-	vid, _, err = putIfAbsent(ctx, api, bucket, key, int64(len(body)), checksumOf(parts, false), func() (string, error) {
-		return putSingle(ctx, api, bucket, key, bytes.NewReader(body), int64(len(body)), parts[0])
+	sum := sha256.Sum256(body)
+	w, _, err := putIfAbsent(ctx, api, bucket, key, int64(len(body)), checksumOf([][]byte{sum[:]}, false), func() (written, error) {
+		return putSingle(ctx, api, bucket, key, bytes.NewReader(body), int64(len(body)), sum[:])
 	})
 	if errors.Is(err, ErrNotDeterministic) {
 		h, herr := api.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
@@ -204,28 +213,28 @@ func PutOnce(ctx context.Context, api S3API, bucket, key string, body []byte) (v
 	if err != nil {
 		return "", false, fmt.Errorf("put s3://%s/%s: %w", bucket, key, err)
 	}
-	return vid, true, nil
+	return w.versionID, true, nil
 }
 
 // adopt HEADs key and compares it with the local bytes by size and
 // checksum. found is false when the key holds nothing (any more).
-func adopt(ctx context.Context, api S3API, bucket, key string, size int64, checksum string) (versionID string, found bool, err error) {
+func adopt(ctx context.Context, api S3API, bucket, key string, size int64, checksum string) (w written, found bool, err error) {
 	h, err := api.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), ChecksumMode: types.ChecksumModeEnabled})
 	if err != nil {
 		if s3errors.IsNotFound(err) {
-			return "", false, nil
+			return written{}, false, nil
 		}
-		return "", false, fmt.Errorf("head existing object: %w", err)
+		return written{}, false, fmt.Errorf("head existing object: %w", err)
 	}
 	gotSize, gotSum := deref(h.ContentLength), deref(h.ChecksumSHA256)
 	if gotSize != size || !sameChecksum(gotSum, checksum) {
-		return "", true, fmt.Errorf("existing object (version %s) has size %d and SHA-256 %q, local bytes have size %d and SHA-256 %q: %w",
+		return written{}, true, fmt.Errorf("existing object (version %s) has size %d and SHA-256 %q, local bytes have size %d and SHA-256 %q: %w",
 			deref(h.VersionId), gotSize, gotSum, size, checksum, ErrNotDeterministic)
 	}
 	if deref(h.VersionId) == "" {
-		return "", true, fmt.Errorf("existing object has no VersionId: is versioning on for bucket %s?", bucket)
+		return written{}, true, fmt.Errorf("existing object has no VersionId: is versioning on for bucket %s?", bucket)
 	}
-	return *h.VersionId, true, nil
+	return writtenBy(h.VersionId, h.ETag), true, nil
 }
 
 // sameChecksum compares a checksum S3 returned with ours. S3 writes a
@@ -240,22 +249,20 @@ func sameChecksum(got, want string) bool {
 	return g == w && (!gOK || !wOK || gParts == wParts)
 }
 
-// partSum is one part's digests: MD5 for Content-MD5, SHA-256 for S3's
-// additional checksum.
-type partSum struct{ md5, sha256 []byte }
-
-// partDigests returns the digests of each part (one part for a single PUT).
-func partDigests(r io.ReaderAt, size int64, multipart bool, partSize int64) ([]partSum, error) {
+// partChecksums returns the SHA-256 of each part (one part for a single
+// PUT): S3 checks each against the bytes it receives, keeps the object's,
+// and the request signature covers them (signedWith).
+func partChecksums(r io.ReaderAt, size int64, multipart bool, partSize int64) ([][]byte, error) {
 	if !multipart {
 		partSize = max(size, 1)
 	}
-	var out []partSum
+	var out [][]byte
 	for off := int64(0); off < size || (off == 0 && size == 0); off += partSize {
-		m, h := md5.New(), sha256.New()
-		if _, err := io.Copy(io.MultiWriter(m, h), io.NewSectionReader(r, off, min(partSize, size-off))); err != nil {
+		h := sha256.New()
+		if _, err := io.Copy(h, io.NewSectionReader(r, off, min(partSize, size-off))); err != nil {
 			return nil, err
 		}
-		out = append(out, partSum{md5: m.Sum(nil), sha256: h.Sum(nil)})
+		out = append(out, h.Sum(nil))
 		if size == 0 {
 			break
 		}
@@ -263,57 +270,58 @@ func partDigests(r io.ReaderAt, size int64, multipart bool, partSize int64) ([]p
 	return out, nil
 }
 
-// expectedETag is the ETag S3 gives an object without SSE-KMS: the hex MD5
-// of its bytes, or for a multipart upload the hex MD5 of the parts' MD5s
-// followed by "-<number of parts>". It is recorded for people; identity is
-// the checksum.
-func expectedETag(parts []partSum, multipart bool) string {
-	if !multipart {
-		return hex.EncodeToString(parts[0].md5)
-	}
-	h := md5.New()
-	for _, p := range parts {
-		h.Write(p.md5)
-	}
-	return fmt.Sprintf("%s-%d", hex.EncodeToString(h.Sum(nil)), len(parts))
-}
-
 // checksumOf is the SHA-256 checksum S3 keeps for the object: base64 of
 // the bytes' SHA-256, or for a multipart upload base64 of the SHA-256 of
 // the parts' SHA-256s, followed by "-<number of parts>" (S3's composite).
-func checksumOf(parts []partSum, multipart bool) string {
+func checksumOf(parts [][]byte, multipart bool) string {
 	if !multipart {
-		return base64.StdEncoding.EncodeToString(parts[0].sha256)
+		return base64.StdEncoding.EncodeToString(parts[0])
 	}
 	h := sha256.New()
 	for _, p := range parts {
-		h.Write(p.sha256)
+		h.Write(p)
 	}
 	return fmt.Sprintf("%s-%d", base64.StdEncoding.EncodeToString(h.Sum(nil)), len(parts))
 }
 
-func putSingle(ctx context.Context, api S3API, bucket, key string, body io.Reader, size int64, sum partSum) (string, error) {
+// signedWith makes the SDK sign a request's body with sum, the SHA-256
+// its x-amz-checksum-sha256 header carries, instead of reading and hashing
+// the body once more before sending it (it does over plain HTTP; over
+// HTTPS it would leave the body unsigned). The body stays covered twice:
+// by the signature, and by S3's own check of the checksum.
+func signedWith(sum []byte) func(*s3.Options) {
+	payloadHash := hex.EncodeToString(sum)
+	return func(o *s3.Options) {
+		o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
+			return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("SluicePayloadHash",
+				func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+					return next.HandleFinalize(v4.SetPayloadHash(ctx, payloadHash), in)
+				}), middleware.Before)
+		})
+	}
+}
+
+func putSingle(ctx context.Context, api S3API, bucket, key string, body io.Reader, size int64, sum []byte) (written, error) {
 	out, err := api.PutObject(ctx, &s3.PutObjectInput{
 		Bucket:            aws.String(bucket),
 		Key:               aws.String(key),
 		Body:              body,
 		ContentLength:     aws.Int64(size),
-		ContentMD5:        aws.String(base64.StdEncoding.EncodeToString(sum.md5)),
 		ChecksumAlgorithm: types.ChecksumAlgorithmSha256,
-		ChecksumSHA256:    aws.String(base64.StdEncoding.EncodeToString(sum.sha256)),
+		ChecksumSHA256:    aws.String(base64.StdEncoding.EncodeToString(sum)),
 		IfNoneMatch:       aws.String("*"),
-	})
+	}, signedWith(sum))
 	if err != nil {
-		return "", err
+		return written{}, err
 	}
-	return deref(out.VersionId), nil
+	return writtenBy(out.VersionId, out.ETag), nil
 }
 
-func putMultipart(ctx context.Context, api S3API, bucket, key string, f *os.File, size, partSize int64, digests []partSum) (versionID string, err error) {
+func putMultipart(ctx context.Context, api S3API, bucket, key string, f *os.File, size, partSize int64, sums [][]byte) (w written, err error) {
 	created, err := api.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String(bucket), Key: aws.String(key),
 		ChecksumAlgorithm: types.ChecksumAlgorithmSha256})
 	if err != nil {
-		return "", fmt.Errorf("create multipart upload: %w", err)
+		return written{}, fmt.Errorf("create multipart upload: %w", err)
 	}
 	uploadID := created.UploadId
 	completed := false
@@ -330,7 +338,7 @@ func putMultipart(ctx context.Context, api S3API, bucket, key string, f *os.File
 	for i, off := 0, int64(0); off < size; i, off = i+1, off+partSize {
 		n := min(partSize, size-off)
 		num := int32(i + 1)
-		sum := base64.StdEncoding.EncodeToString(digests[i].sha256)
+		sum := base64.StdEncoding.EncodeToString(sums[i])
 		out, err := api.UploadPart(ctx, &s3.UploadPartInput{
 			Bucket:            aws.String(bucket),
 			Key:               aws.String(key),
@@ -338,12 +346,11 @@ func putMultipart(ctx context.Context, api S3API, bucket, key string, f *os.File
 			PartNumber:        aws.Int32(num),
 			Body:              io.NewSectionReader(f, off, n),
 			ContentLength:     aws.Int64(n),
-			ContentMD5:        aws.String(base64.StdEncoding.EncodeToString(digests[i].md5)),
 			ChecksumAlgorithm: types.ChecksumAlgorithmSha256,
 			ChecksumSHA256:    aws.String(sum),
-		})
+		}, signedWith(sums[i]))
 		if err != nil {
-			return "", fmt.Errorf("upload part %d: %w", num, err)
+			return written{}, fmt.Errorf("upload part %d: %w", num, err)
 		}
 		parts = append(parts, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(num), ChecksumSHA256: aws.String(sum)})
 	}
@@ -355,8 +362,8 @@ func putMultipart(ctx context.Context, api S3API, bucket, key string, f *os.File
 		IfNoneMatch:     aws.String("*"),
 	})
 	if err != nil {
-		return "", err
+		return written{}, err
 	}
 	completed = true
-	return deref(out.VersionId), nil
+	return writtenBy(out.VersionId, out.ETag), nil
 }
