@@ -18,5 +18,6 @@ func main() {
 		slog.Error("compact: cannot start", "err", err)
 		os.Exit(1)
 	}
+	pipeline.SetJobGCTarget()
 	lambda.Start(pipeline.Compact{Deps: deps}.Handle)
 }
