@@ -687,8 +687,12 @@ func (r *run) compact(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		r.fail("the pipeline did not settle: %v", err)
-		r.detailf("did NOT settle within %s: %v", r.opts.Timeout, err)
+		why := "the last look failed"
+		if st, serr := r.state(ctx, store, true); serr == nil {
+			why = st.String()
+		}
+		r.fail("the pipeline did not settle: %v (%s)", err, why)
+		r.detailf("did NOT settle within %s: %v (%s)", r.opts.Timeout, err, why)
 		return nil
 	}
 	r.sum.Settled = true
@@ -721,6 +725,12 @@ type state struct {
 	indexed      map[string]int // tenant → blocks its bucket index lists
 	// unexpired counts the archive tenant's blocks not deleted yet.
 	unexpired int
+}
+
+// String says what is left, for a deployment that did not settle.
+func (s state) String() string {
+	return fmt.Sprintf("%d block(s) in transition, %d of %d group(s) finished, %d stale bucket index(es), %d expired block(s) not deleted",
+		s.transitional, s.finished, s.groups, s.staleIndexes, s.unexpired)
 }
 
 func (s state) settled() bool {

@@ -52,8 +52,13 @@ func TestDemoScenarioSmall(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !sum.OK() {
-		logs, _ := os.ReadFile(filepath.Join(dir, "demo.log"))
-		t.Fatalf("demo failed: %v\nlast logs:\n%s", sum.Failures, tail(string(logs), 40))
+		// The failures come last, after the logs: CI shows the head and
+		// the tail of a long output, and the middle may be cut.
+		for _, name := range []string{"demo.log", "demo-thanos.log"} {
+			logs, _ := os.ReadFile(filepath.Join(dir, name))
+			t.Logf("last lines of %s:\n%s", name, tail(string(logs), 30))
+		}
+		t.Fatalf("demo failed:\n  %s", strings.Join(sum.Failures, "\n  "))
 	}
 
 	if sum.Uploaded != 38 || sum.Duplicated != 4 || !sum.Settled {
