@@ -45,7 +45,6 @@ type handler func(ctx context.Context, ev events.SQSEvent) (events.SQSEventRespo
 type bus struct {
 	rng        *rand.Rand // under mu
 	plan       *plan
-	visibility time.Duration // while a handler works
 	retry      time.Duration // after a failure
 	mu         sync.Mutex
 	queues     []*simQueue
@@ -67,6 +66,15 @@ type simQueue struct {
 	// maxReceive: after this many receives a message goes to the DLQ
 	// (the deployment's MaxReceiveCount).
 	maxReceive int
+	// visibility keeps a received message from being received again while
+	// its handler works: the deployment's visibility timeout, six times
+	// its function's timeout, as Lambda requires. It was 30 s for every
+	// queue, which is not "longer than any handler runs" on a loaded
+	// machine: in a CI run that took twice its usual time (stop 34, seed
+	// 2), planner batches of ten events handled one after another
+	// outlasted it, every success named a receipt that a redelivery had
+	// made stale, and seven events went round until the DLQ took them.
+	visibility time.Duration
 	handler    handler
 	msgs       []*simMsg
 	dedup      map[string]time.Time
@@ -81,18 +89,19 @@ type simMsg struct {
 	sent            time.Time
 }
 
-// newBus returns a bus whose in-flight messages stay invisible for
-// visibility — longer than any handler runs, as Lambda requires (6 × the
-// timeout) — except where the plan makes one reappear early, and whose
-// failed messages come back after retry (SQS keeps them out for what is
-// left of the visibility timeout; the tests need not wait that long).
-func newBus(seed int64, p *plan, visibility, retry time.Duration) *bus {
-	return &bus{rng: rand.New(rand.NewPCG(uint64(seed), 0xb05)), plan: p, visibility: visibility, retry: retry,
+// newBus returns a bus whose failed messages come back after retry (SQS
+// keeps them out for what is left of the visibility timeout; the tests
+// need not wait that long). An in-flight message stays invisible for its
+// queue's visibility timeout, except where the plan makes one reappear
+// early.
+func newBus(seed int64, p *plan, retry time.Duration) *bus {
+	return &bus{rng: rand.New(rand.NewPCG(uint64(seed), 0xb05)), plan: p, retry: retry,
 		byURL: map[string]*simQueue{}, wake: make(chan struct{}, 1)}
 }
 
-func (b *bus) addQueue(name, url string, fifo bool, batch, conc, maxReceive int, h handler) {
-	q := &simQueue{name: name, url: url, fifo: fifo, batch: batch, conc: conc, maxReceive: maxReceive, handler: h, dedup: map[string]time.Time{}}
+func (b *bus) addQueue(name, url string, fifo bool, batch, conc, maxReceive int, visibility time.Duration, h handler) {
+	q := &simQueue{name: name, url: url, fifo: fifo, batch: batch, conc: conc, maxReceive: maxReceive, visibility: visibility,
+		handler: h, dedup: map[string]time.Time{}}
 	b.queues = append(b.queues, q)
 	b.byURL[url] = q
 }
@@ -213,7 +222,7 @@ func (b *bus) pick() []delivery {
 			for _, m := range batch {
 				m.receives++
 				m.receipt++
-				m.visibleAt = now.Add(b.visibility)
+				m.visibleAt = now.Add(q.visibility)
 				if b.plan.hit(withBudget(context.Background(), b.plan.budget(m.id)), fShortVisible, "short-visible "+q.name, m.body, pShortVisible) {
 					m.visibleAt = now.Add(time.Duration(200+b.rng.IntN(800)) * time.Millisecond)
 				}

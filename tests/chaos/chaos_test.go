@@ -387,7 +387,7 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 		t.Fatalf("chaos: turn the bucket's notifications off: %v", err)
 	}
 	mon := testworld.NewMonitor(w)
-	b := newBus(seed, p, 30*time.Second, visibility)
+	b := newBus(seed, p, visibility)
 	notes := &notifier{bucket: w.Config.Bucket, queue: w.Config.Queues.BlockEvents, send: b, plan: p,
 		rng: rand.New(rand.NewPCG(uint64(seed), 0xe7e))}
 	d := w.Pipeline.Deps
@@ -406,7 +406,7 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 	sched.deps = d
 	for _, q := range w.Env.Deployment.Resources.Queues {
 		name := string(q.Consumer)
-		b.addQueue(name, w.Env.Deployment.QueueURLs[q.ID], q.FIFO, q.BatchSize, min(q.MaxConcurrency, 4), q.MaxReceiveCount,
+		b.addQueue(name, w.Env.Deployment.QueueURLs[q.ID], q.FIFO, q.BatchSize, min(q.MaxConcurrency, 4), q.MaxReceiveCount, q.VisibilityTimeout,
 			sched.wrap(name, functionHandler(name, d)))
 	}
 
