@@ -43,18 +43,18 @@ type handler func(ctx context.Context, ev events.SQSEvent) (events.SQSEventRespo
 //     queue; after the queue's MaxReceiveCount receives a message goes to the DLQ;
 //   - DelaySeconds.
 type bus struct {
-	rng        *rand.Rand // under mu
-	plan       *plan
-	retry      time.Duration // after a failure
-	mu         sync.Mutex
-	queues     []*simQueue
-	byURL      map[string]*simQueue
-	seq        int
-	running    int
-	dlq        []string // bodies
-	wake       chan struct{}
-	sent       atomic.Int64
-	delivered  atomic.Int64
+	rng       *rand.Rand // under mu
+	plan      *plan
+	retry     time.Duration // after a failure
+	mu        sync.Mutex
+	queues    []*simQueue
+	byURL     map[string]*simQueue
+	seq       int
+	running   int
+	dlq       []string // bodies
+	wake      chan struct{}
+	sent      atomic.Int64
+	delivered atomic.Int64
 }
 
 type simQueue struct {
