@@ -63,7 +63,7 @@ type jobRecords interface {
 // what a bigger target buys is garbage — every chunk read, series entry
 // and label set — taking fresh memory, whose first-touch page faults were
 // a third of a job's CPU. Measured by make bench-scale (500k series,
-// 2026-12-05, b899118 against f435f9b): direct jobs 81 → 67 CPU-seconds,
+// 2026-12-05, this change against f435f9b): direct jobs 81 → 67 CPU-seconds,
 // split mode 121 → 101, peak RSS 799 → 723 MiB; 25 was no cheaper than
 // 50 (docs/block-engine.md, "Fresh memory").
 const JobGCPercent = 50
