@@ -60,22 +60,34 @@ func TestReplayDLQCommand(t *testing.T) {
 		if n := depth(t, w, d.DLQURLs[spec.CompactionJobs]); n != 0 {
 			t.Errorf("DLQ still holds %d messages", n)
 		}
+		// The emulator serialises every SQS request with make test's other
+		// packages' requests: a receive can wait seconds for its turn, and
+		// one whose answer was lost (retried by the SDK) leaves what it
+		// received invisible for its visibility timeout. A 10-second bound
+		// with 60 s of visibility failed once in CI (2026-12-05, no message
+		// of either group seen). The loop ends as soon as both groups are
+		// back.
 		got := map[string]string{}
-		deadline := time.Now().Add(10 * time.Second)
+		polls, received := 0, 0
+		start := time.Now()
+		deadline := start.Add(60 * time.Second)
 		for len(got) < 2 && time.Now().Before(deadline) {
 			out, err := sqsc.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(d.QueueURLs[spec.CompactionJobs]),
-				MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 60,
+				MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 5,
 				MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll}})
 			if err != nil {
 				t.Fatal(err)
 			}
+			polls++
+			received += len(out.Messages)
 			for _, m := range out.Messages {
 				got[m.Attributes["MessageGroupId"]] = aws.ToString(m.Body)
 			}
 		}
 		for _, g := range groups {
 			if !strings.Contains(got[g], `"sluice":"job"`) {
-				t.Errorf("group %s: got %q", g, got[g])
+				t.Errorf("group %s: got %q (%d receive(s) in %v returned %d message(s), by group: %v)",
+					g, got[g], polls, time.Since(start).Round(time.Millisecond), received, got)
 			}
 		}
 	})
