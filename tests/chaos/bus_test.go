@@ -67,7 +67,7 @@ type simQueue struct {
 	// (the deployment's MaxReceiveCount).
 	maxReceive int
 	// visibility keeps a received message from being received again while
-	// its handler works: the deployment's visibility timeout, six times
+	// its handler works: the queue's visibility timeout in AWS, six times
 	// its function's timeout, as Lambda requires. It was 30 s for every
 	// queue, which is not "longer than any handler runs" on a loaded
 	// machine: in a CI run that took twice its usual time (stop 34, seed

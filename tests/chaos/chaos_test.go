@@ -41,6 +41,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/pipeline"
 	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/spec"
 	"github.com/sluice-dev/sluice/tests/testworld"
 )
 
@@ -404,10 +405,14 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 	d.Hook = testworld.ChainHooks(sched.hook, mon.Hook)
 	d.OpContext = opContext
 	sched.deps = d
+	// Each queue keeps a message in flight as long as it would in AWS (six
+	// times its function's timeout), not the emulator deployment's 60 s
+	// for every queue: the bus's handlers have no timeout to end them.
+	inAWS := spec.Default("chaos")
 	for _, q := range w.Env.Deployment.Resources.Queues {
 		name := string(q.Consumer)
-		b.addQueue(name, w.Env.Deployment.QueueURLs[q.ID], q.FIFO, q.BatchSize, min(q.MaxConcurrency, 4), q.MaxReceiveCount, q.VisibilityTimeout,
-			sched.wrap(name, functionHandler(name, d)))
+		b.addQueue(name, w.Env.Deployment.QueueURLs[q.ID], q.FIFO, q.BatchSize, min(q.MaxConcurrency, 4), q.MaxReceiveCount,
+			inAWS.Queue(q.ID).VisibilityTimeout, sched.wrap(name, functionHandler(name, d)))
 	}
 
 	// Two tenants of the pool, now and then three.
