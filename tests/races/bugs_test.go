@@ -183,6 +183,23 @@ func (w *world003) lateAfterRetired() events.SQSMessage {
 	return evs[0]
 }
 
+// plannerDiesClaiming runs lateAfterRetired, delivers the late block's
+// notification to a planner that dies after claiming version 2's sources
+// and before moving it to PLANNED, and returns version 2, left CLAIMING.
+func (w *world003) plannerDiesClaiming() records.Group {
+	w.t.Helper()
+	late := w.lateAfterRetired()
+	planner := w.actor("planner", nil)
+	planned := planner.steps.At("planner.before-planned", "@v2")
+	done := w.goEvent(planner, late)
+	planned.Wait(w.t, stepTimeout)
+	planned.Crash()
+	if err := wait(w.t, done); err == nil {
+		w.t.Fatal("the planner did not die")
+	}
+	return w.wantState(w.g, 2, protocol.GroupClaiming)
+}
+
 // TestBugReplanLostWhenCleanupDiesAfterFinish (chaos seed 8): a planner
 // died after claiming (version 2 stays CLAIMING); the sweep supersedes it
 // after StuckAfter, releases the claims, takes the version off the agenda
@@ -193,16 +210,7 @@ func (w *world003) lateAfterRetired() events.SQSMessage {
 func TestBugReplanLostWhenCleanupDiesAfterFinish(t *testing.T) {
 	t.Parallel()
 	w := newWorld003With(t, topLevelOnly)
-	late := w.lateAfterRetired()
-	planner := w.actor("planner", nil)
-	planned := planner.steps.At("planner.before-planned", "@v2")
-	done := w.goEvent(planner, late)
-	planned.Wait(t, stepTimeout)
-	planned.Crash()
-	if err := wait(t, done); err == nil {
-		t.Fatal("the planner did not die")
-	}
-	w.wantState(w.g, 2, protocol.GroupClaiming)
+	w.plannerDiesClaiming()
 	w.clock.Advance(stuckAfter + time.Minute)
 	sweeper := w.actor("sweeper", nil)
 	w.dyingOn(sweeper, `"sluice":"plan"`)
@@ -575,16 +583,7 @@ func TestAbandonedClaimIsSweptAfterStuckAfter(t *testing.T) {
 		topLevelOnly(c)
 		c.StuckAfter = stuck
 	})
-	late := w.lateAfterRetired()
-	planner := w.actor("planner", nil)
-	planned := planner.steps.At("planner.before-planned", "@v2")
-	done := w.goEvent(planner, late)
-	planned.Wait(t, stepTimeout)
-	planned.Crash()
-	if err := wait(t, done); err == nil {
-		t.Fatal("the planner did not die")
-	}
-	v2 := w.wantState(w.g, 2, protocol.GroupClaiming)
+	v2 := w.plannerDiesClaiming()
 	if time.Duration(v2.ClaimUntil-v2.CreatedAt)*time.Millisecond <= stuck {
 		t.Fatalf("version 2's claim deadline %v after its creation is not past StuckAfter (%v): the case tests nothing",
 			time.Duration(v2.ClaimUntil-v2.CreatedAt)*time.Millisecond, stuck)
