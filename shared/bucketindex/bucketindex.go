@@ -24,6 +24,8 @@ package bucketindex
 import (
 	"bytes"
 	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -204,6 +206,24 @@ func Encode(idx Index) ([]byte, error) {
 		return nil, fmt.Errorf("bucketindex: gzip: %w", err)
 	}
 	return buf.Bytes(), nil
+}
+
+// MetadataContentSum is the S3 user metadata key under which Sluice puts
+// an index's ContentSum, so a writer can tell whether the index in the
+// bucket already says what it would write from a HEAD alone.
+const MetadataContentSum = "sluice-content-sha256"
+
+// ContentSum is the SHA-256, hex, of what an index tells its readers:
+// every field but UpdatedAt. Two indexes built from the same records have
+// the same sum whenever they were built.
+func ContentSum(idx Index) (string, error) {
+	idx.UpdatedAt = 0
+	body, err := json.Marshal(idx)
+	if err != nil {
+		return "", fmt.Errorf("bucketindex: content sum: %w", err)
+	}
+	sum := sha256.Sum256(body)
+	return hex.EncodeToString(sum[:]), nil
 }
 
 // Decode reads an index as Cortex and Mimir read it.

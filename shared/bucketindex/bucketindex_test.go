@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -150,6 +151,46 @@ func TestSegments(t *testing.T) {
 		}
 		if f, n := segments(fs); f != tc.format || n != tc.n {
 			t.Errorf("segments(%v) = %q, %d; want %q, %d", tc.files, f, n, tc.format, tc.n)
+		}
+	}
+}
+
+// TestContentSum: the sum is what a reader is told, whenever and in
+// whatever order the records were read: the same records give the same
+// sum at another time, a block marked or gone changes it.
+func TestContentSum(t *testing.T) {
+	sum := func(blocks []records.Block, at int64) string {
+		t.Helper()
+		idx, err := Build(Mimir, blocks, time.Unix(at, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := ContentSum(idx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	base := sum(testBlocks(), 1796002000)
+	reversed := testBlocks()
+	slices.Reverse(reversed)
+	marked := testBlocks()
+	marked[0].State, marked[0].MarkVersionID, marked[0].MarkedAt = protocol.BlockRetiring, "vd2", 1796003000000
+	gone := testBlocks()
+	gone[1].State = protocol.BlockDeleted
+	for _, tc := range []struct {
+		name string
+		sum  string
+		same bool
+	}{
+		{"the same records an hour later", sum(testBlocks(), 1796005600), true},
+		{"the same records read in another order", sum(reversed, 1796002000), true},
+		{"a live block marked for deletion", sum(marked, 1796002000), false},
+		{"a marked block deleted", sum(gone, 1796002000), false},
+		{"no blocks", sum(nil, 1796002000), false},
+	} {
+		if (tc.sum == base) != tc.same {
+			t.Errorf("%s: sum %s, base %s; want same %v", tc.name, tc.sum, base, tc.same)
 		}
 	}
 }

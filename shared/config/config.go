@@ -115,6 +115,14 @@ type Config struct {
 	// than an hour (SLUICE_BUCKET_INDEX_INTERVAL, default 15m, as the
 	// Cortex and Mimir compactors' cleanup interval).
 	BucketIndexInterval time.Duration
+	// BucketIndexMaxAge is the oldest a scheduled pass lets an unchanged
+	// index get: a pass rewrites an index that says what the records say
+	// only when it would be older than this by the next pass
+	// (SLUICE_BUCKET_INDEX_MAX_AGE, default 45m; keep it below the
+	// readers' max stale period, 1h in Cortex and Mimir, by a margin for a
+	// late pass). At the defaults an unchanged index is rewritten every
+	// other pass, and is at most 30 minutes old when passes run on time.
+	BucketIndexMaxAge time.Duration
 	// OverridesTTL is how long a function instance keeps the per-tenant
 	// runtime overrides it read before reading them again
 	// (SLUICE_OVERRIDES_TTL, default 1m).
@@ -360,6 +368,7 @@ func Load(getenv func(string) string) (Config, error) {
 		errs = append(errs, fmt.Sprintf("%s=%q: want cortex, mimir or off", EnvBucketIndex, v))
 	}
 	c.BucketIndexInterval = dur("SLUICE_BUCKET_INDEX_INTERVAL", 15*time.Minute)
+	c.BucketIndexMaxAge = dur("SLUICE_BUCKET_INDEX_MAX_AGE", 45*time.Minute)
 	// A job works until DeadlineMargin before its function's deadline
 	// (Compact.workContext): that is the time the planner sizes it for, as
 	// the job itself does from its context.

@@ -157,6 +157,30 @@ func TestRetentionSettings(t *testing.T) {
 	}
 }
 
+// TestBucketIndexSettings: the index's pass and the age an unchanged one
+// may reach default to 15m and 45m (every other pass rewrites it), and
+// both are settable.
+func TestBucketIndexSettings(t *testing.T) {
+	for _, tc := range []struct {
+		env              []string
+		interval, maxAge time.Duration
+	}{
+		{nil, 15 * time.Minute, 45 * time.Minute},
+		{[]string{"SLUICE_BUCKET_INDEX_INTERVAL", "10m", "SLUICE_BUCKET_INDEX_MAX_AGE", "50m"}, 10 * time.Minute, 50 * time.Minute},
+	} {
+		c, err := Load(env(append([]string{"SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_BUCKET_INDEX", "mimir"}, tc.env...)...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.BucketIndexInterval != tc.interval || c.BucketIndexMaxAge != tc.maxAge {
+			t.Errorf("%v: interval %v, max age %v; want %v, %v", tc.env, c.BucketIndexInterval, c.BucketIndexMaxAge, tc.interval, tc.maxAge)
+		}
+	}
+	if _, err := Load(env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_BUCKET_INDEX_MAX_AGE", "soon")); err == nil {
+		t.Error("SLUICE_BUCKET_INDEX_MAX_AGE=soon was accepted")
+	}
+}
+
 // TestThanosLevelRanges: Thanos' default levels (2h uploads, then 8h, 2d
 // and 14d) are Sluice ranges 8h, 48h and 336h above the 2h level-0 blocks.
 func TestThanosLevelRanges(t *testing.T) {

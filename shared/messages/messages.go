@@ -32,6 +32,10 @@ const (
 type IndexRequest struct {
 	Tenant string `json:"tenant"`
 	Why    string `json:"why"`
+	// Scheduled is the periodic pass's request, which keeps an index that
+	// already says what the records say while it is young enough; a
+	// change's request always writes.
+	Scheduled bool `json:"scheduled,omitempty"`
 }
 
 // Job asks the compact function for partition Partition of version Version

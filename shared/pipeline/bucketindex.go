@@ -43,7 +43,9 @@ func (d *Deps) indexKey(tenant string) string {
 // read just before, If-None-Match when there was none), so a writer that
 // was slowed after reading — a zombie of a timed-out run — can never put
 // an older index over a newer one. The replaced version is then deleted by
-// its VersionId.
+// its VersionId. The index carries the sum of its content as metadata; a
+// scheduled request that finds the index already saying what it would
+// write, and young enough, keeps it (keepIndex).
 func (u Uploader) WriteIndex(ctx context.Context, r messages.IndexRequest) error {
 	if u.Config.BucketIndex == "" {
 		u.Logger.WarnContext(ctx, "bucket index request dropped: SLUICE_BUCKET_INDEX is off", logattr.Tenant(r.Tenant))
@@ -56,6 +58,7 @@ func (u Uploader) WriteIndex(ctx context.Context, r messages.IndexRequest) error
 	case err == nil:
 		etag, prev = aws.ToString(head.ETag), aws.ToString(head.VersionId)
 	case s3errors.IsNotFound(err):
+		head = nil
 	default:
 		return fmt.Errorf("bucket index of %s: head %s: %w", r.Tenant, key, err)
 	}
@@ -68,6 +71,17 @@ func (u Uploader) WriteIndex(ctx context.Context, r messages.IndexRequest) error
 	if err != nil {
 		return err
 	}
+	sum, err := bucketindex.ContentSum(idx)
+	if err != nil {
+		return err
+	}
+	if r.Scheduled && head != nil {
+		if age, keep := u.keepIndex(head, sum); keep {
+			u.Logger.InfoContext(ctx, "bucket index unchanged; kept", logattr.Tenant(r.Tenant), "key", key,
+				"blocks", len(idx.Blocks), "age", age.Round(time.Second), "maxAge", u.Config.BucketIndexMaxAge)
+			return nil
+		}
+	}
 	body, err := bucketindex.Encode(idx)
 	if err != nil {
 		return err
@@ -76,7 +90,7 @@ func (u Uploader) WriteIndex(ctx context.Context, r messages.IndexRequest) error
 		return err
 	}
 	in := &s3.PutObjectInput{Bucket: aws.String(u.Config.Bucket), Key: aws.String(key), Body: bytes.NewReader(body),
-		ContentType: aws.String("application/gzip")}
+		ContentType: aws.String("application/gzip"), Metadata: map[string]string{bucketindex.MetadataContentSum: sum}}
 	if etag != "" {
 		in.IfMatch = aws.String(etag)
 	} else {
@@ -99,15 +113,32 @@ func (u Uploader) WriteIndex(ctx context.Context, r messages.IndexRequest) error
 	return nil
 }
 
+// keepIndex tells whether a scheduled pass may leave the index head
+// describes as it is, and how old it is: it says what the records say now
+// (its content sum, put beside it when it was written, is sum), and it
+// will still be younger than Config.BucketIndexMaxAge when the next pass
+// comes, one Config.BucketIndexInterval from now. Keeping it is a write
+// not made, never a condition weakened: the index in the bucket is the one
+// this write would put, but for its updated_at. An index without the sum
+// (Cortex's or Mimir's own compactor wrote it) is always rewritten.
+func (u Uploader) keepIndex(head *s3.HeadObjectOutput, sum string) (time.Duration, bool) {
+	if head.Metadata[bucketindex.MetadataContentSum] != sum || head.LastModified == nil {
+		return 0, false
+	}
+	age := u.now().Sub(*head.LastModified)
+	return age, age+u.Config.BucketIndexInterval < u.Config.BucketIndexMaxAge
+}
+
 // indexTenants is what the scheduled index pass reads.
 type indexTenants interface {
 	Tenants(ctx context.Context) ([]string, error)
 }
 
-// BucketIndexes is the scheduled pass that asks for every tenant's bucket
-// index to be rewritten (every config.BucketIndexInterval), so that an
-// index is never older than that even when nothing changed; a change
-// (a version's outputs published) asks for its tenant's at once.
+// BucketIndexes is the scheduled pass (every config.BucketIndexInterval)
+// that asks for every tenant's bucket index: it shows new uploads and
+// deletions, and keeps an index younger than config.BucketIndexMaxAge
+// even when nothing changed; a change (a version's outputs published)
+// asks for its tenant's at once.
 func (c Cleaner) BucketIndexes(ctx context.Context) error {
 	if c.Config.BucketIndex == "" {
 		return nil
@@ -120,7 +151,7 @@ func (c Cleaner) BucketIndexes(ctx context.Context) error {
 	pass := c.now().Truncate(time.Minute).Unix()
 	var errs []error
 	for _, t := range tenants {
-		if err := c.Send.Index(ctx, messages.IndexRequest{Tenant: t, Why: "schedule"}, fmt.Sprintf("pass%d", pass)); err != nil {
+		if err := c.Send.Index(ctx, messages.IndexRequest{Tenant: t, Why: "schedule", Scheduled: true}, fmt.Sprintf("pass%d", pass)); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -14,6 +14,8 @@ import (
 	"github.com/sluice-dev/sluice/localstack/localrun"
 	"github.com/sluice-dev/sluice/shared/bucketindex"
 	"github.com/sluice-dev/sluice/shared/config"
+	"github.com/sluice-dev/sluice/shared/messages"
+	"github.com/sluice-dev/sluice/shared/pipeline"
 	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/s3errors"
 	"github.com/sluice-dev/sluice/tests/testworld"
@@ -167,5 +169,57 @@ func TestBucketIndexFollowsTheRecords(t *testing.T) {
 	}
 	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
 		t.Fatal(err)
+	}
+	keepsAnUnchangedIndex(t, w, "acme")
+}
+
+// keepsAnUnchangedIndex: with nothing changed, a scheduled request leaves
+// the index as it is (no PUT, no DELETE) until it would be older than
+// SLUICE_BUCKET_INDEX_MAX_AGE at the next pass, then rewrites it, and a
+// change's request always writes; each write leaves one version, updated
+// now, listing the same blocks.
+func keepsAnUnchangedIndex(t *testing.T, w *testworld.World, tenant string) {
+	t.Helper()
+	ctx := context.Background()
+	key := w.Config.Layout.TenantPrefix(tenant) + bucketindex.File
+	current := func() (vid, sum string) {
+		t.Helper()
+		h, err := w.Env.Clients.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(w.Config.Bucket), Key: aws.String(key)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return aws.ToString(h.VersionId), h.Metadata[bucketindex.MetadataContentSum]
+	}
+	before, _, _ := readIndex(t, w, tenant)
+	first, sum := current()
+	if sum == "" {
+		t.Fatalf("the index carries no %s metadata", bucketindex.MetadataContentSum)
+	}
+	later := *w.Pipeline.Deps
+	skew := w.Config.BucketIndexMaxAge
+	later.Now = func() time.Time { return time.Now().Add(skew) }
+	for _, tc := range []struct {
+		name      string
+		deps      *pipeline.Deps
+		scheduled bool
+		written   bool
+	}{
+		{"scheduled, unchanged and young", w.Pipeline.Deps, true, false},
+		{"a change's request", w.Pipeline.Deps, false, true},
+		{"scheduled, one maximum age later", &later, true, true},
+	} {
+		was, _ := current()
+		if err := (pipeline.Uploader{Deps: tc.deps}).WriteIndex(ctx, messages.IndexRequest{Tenant: tenant, Why: "test", Scheduled: tc.scheduled}); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		vid, got := current()
+		idx, versions, ok := readIndex(t, w, tenant)
+		if written := vid != was; written != tc.written || got != sum || !ok || versions != 1 || !slices.Equal(indexed(idx), indexed(before)) {
+			t.Errorf("%s: written %v (version %s after %s), sum %s (want %s), %d version(s), lists %v; want written %v, one version listing %v",
+				tc.name, written, vid, was, got, sum, versions, indexed(idx), tc.written, indexed(before))
+		}
+	}
+	if last, _ := current(); last == first {
+		t.Errorf("the index was never rewritten")
 	}
 }
