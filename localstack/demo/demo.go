@@ -488,12 +488,13 @@ func (r *run) configure(c *config.Config) {
 	}
 	c.Policy.MaxSeriesPerPartition = r.opts.MaxSeriesPerPartition
 	// The multi-tenant deployment keeps each tenant's bucket index, as a
-	// Mimir bucket needs, asked for every 5 seconds here (15 minutes in
-	// AWS), and an unchanged one kept for up to 15 seconds (45 minutes):
-	// the demo settles only once every index is current.
+	// Mimir bucket needs, looked at every 5 seconds here (15 minutes in
+	// AWS), an unchanged one kept while it will be younger than 13 seconds
+	// at the next look (40 minutes, scaled): the demo settles only once
+	// every index is current.
 	c.BucketIndex = bucketindex.Mimir
 	c.BucketIndexInterval = 5 * time.Second
-	c.BucketIndexMaxAge = 15 * time.Second
+	c.BucketIndexMaxAge = 13 * time.Second
 	// The archive tenant's retention (an override) is applied every 5
 	// seconds here, hourly in AWS.
 	c.RetentionInterval = 5 * time.Second

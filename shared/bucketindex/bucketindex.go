@@ -208,10 +208,14 @@ func Encode(idx Index) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// MetadataContentSum is the S3 user metadata key under which Sluice puts
-// an index's ContentSum, so a writer can tell whether the index in the
-// bucket already says what it would write from a HEAD alone.
-const MetadataContentSum = "sluice-content-sha256"
+// The S3 user metadata Sluice puts on an index (keys lowercase, as S3
+// returns them), so a writer can tell from a HEAD alone whether the index
+// in the bucket already says what it would write, and how old it is to its
+// readers: its ContentSum, and its UpdatedAt in unix seconds.
+const (
+	MetadataContentSum = "sluice-content-sha256"
+	MetadataUpdatedAt  = "sluice-updated-at"
+)
 
 // ContentSum is the SHA-256, hex, of what an index tells its readers:
 // every field but UpdatedAt. Two indexes built from the same records have

@@ -175,7 +175,15 @@ func TestContentSum(t *testing.T) {
 	reversed := testBlocks()
 	slices.Reverse(reversed)
 	marked := testBlocks()
-	marked[0].State, marked[0].MarkVersionID, marked[0].MarkedAt = protocol.BlockRetiring, "vd2", 1796003000000
+	// Still published (a meta.json version named), so it stays in the
+	// index and only its deletion mark is new.
+	marked[0].State, marked[0].MetaVersionID, marked[0].MarkVersionID, marked[0].MarkedAt = protocol.BlockRetiring, "vm0", "vd2", 1796003000000
+	was, errWas := Build(Mimir, testBlocks(), time.Unix(1796002000, 0))
+	is, errIs := Build(Mimir, marked, time.Unix(1796002000, 0))
+	if errWas != nil || errIs != nil || len(is.Blocks) != len(was.Blocks) || len(is.BlockDeletionMarks) != len(was.BlockDeletionMarks)+1 {
+		t.Fatalf("marking block 0 gives %d blocks and %d marks, from %d and %d (%v, %v); want the same blocks and one mark more",
+			len(is.Blocks), len(is.BlockDeletionMarks), len(was.Blocks), len(was.BlockDeletionMarks), errWas, errIs)
+	}
 	gone := testBlocks()
 	gone[1].State = protocol.BlockDeleted
 	for _, tc := range []struct {
@@ -185,7 +193,7 @@ func TestContentSum(t *testing.T) {
 	}{
 		{"the same records an hour later", sum(testBlocks(), 1796005600), true},
 		{"the same records read in another order", sum(reversed, 1796002000), true},
-		{"a live block marked for deletion", sum(marked, 1796002000), false},
+		{"a listed block marked for deletion", sum(marked, 1796002000), false},
 		{"a marked block deleted", sum(gone, 1796002000), false},
 		{"no blocks", sum(nil, 1796002000), false},
 	} {

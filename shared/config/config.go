@@ -110,18 +110,22 @@ type Config struct {
 	// and queriers (SLUICE_BUCKET_INDEX: "cortex", "mimir", or "" / "off"
 	// for none, the default; a Thanos bucket needs none and refuses one).
 	BucketIndex string
-	// BucketIndexInterval is how often every tenant's index is rewritten
-	// even when nothing changed: Mimir's queriers refuse an index older
-	// than an hour (SLUICE_BUCKET_INDEX_INTERVAL, default 15m, as the
-	// Cortex and Mimir compactors' cleanup interval).
+	// BucketIndexInterval is how often every tenant's index is looked at
+	// even when nothing asked for it: new uploads show up then, and an
+	// unchanged index is kept fresh (SLUICE_BUCKET_INDEX_INTERVAL, default
+	// 15m, as the Cortex and Mimir compactors' cleanup interval). In AWS
+	// the schedule is spec.DefaultBucketIndexInterval, which this must
+	// match: it is set only for a local pipeline.
 	BucketIndexInterval time.Duration
-	// BucketIndexMaxAge is the oldest a scheduled pass lets an unchanged
-	// index get: a pass rewrites an index that says what the records say
-	// only when it would be older than this by the next pass
-	// (SLUICE_BUCKET_INDEX_MAX_AGE, default 45m; keep it below the
-	// readers' max stale period, 1h in Cortex and Mimir, by a margin for a
-	// late pass). At the defaults an unchanged index is rewritten every
-	// other pass, and is at most 30 minutes old when passes run on time.
+	// BucketIndexMaxAge bounds how old an unchanged index gets: a
+	// scheduled pass keeps an index that says what the records say only
+	// while it will still be younger than this at the next pass
+	// (SLUICE_BUCKET_INDEX_MAX_AGE, default 40m). Mimir's queriers refuse
+	// an index older than their max stale period (1h by default). At the
+	// defaults a pass rewrites an unchanged index once it is 25 minutes
+	// old — every other pass, the cut-off halfway between two — so it is
+	// never older than 40 minutes when passes run on time, and under the
+	// hour with one pass missed.
 	BucketIndexMaxAge time.Duration
 	// OverridesTTL is how long a function instance keeps the per-tenant
 	// runtime overrides it read before reading them again
@@ -367,8 +371,8 @@ func Load(getenv func(string) string) (Config, error) {
 	default:
 		errs = append(errs, fmt.Sprintf("%s=%q: want cortex, mimir or off", EnvBucketIndex, v))
 	}
-	c.BucketIndexInterval = dur("SLUICE_BUCKET_INDEX_INTERVAL", 15*time.Minute)
-	c.BucketIndexMaxAge = dur("SLUICE_BUCKET_INDEX_MAX_AGE", 45*time.Minute)
+	c.BucketIndexInterval = dur("SLUICE_BUCKET_INDEX_INTERVAL", spec.DefaultBucketIndexInterval)
+	c.BucketIndexMaxAge = dur("SLUICE_BUCKET_INDEX_MAX_AGE", 40*time.Minute)
 	// A job works until DeadlineMargin before its function's deadline
 	// (Compact.workContext): that is the time the planner sizes it for, as
 	// the job itself does from its context.

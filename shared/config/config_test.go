@@ -158,14 +158,14 @@ func TestRetentionSettings(t *testing.T) {
 }
 
 // TestBucketIndexSettings: the index's pass and the age an unchanged one
-// may reach default to 15m and 45m (every other pass rewrites it), and
+// may reach default to 15m and 40m (every other pass rewrites it), and
 // both are settable.
 func TestBucketIndexSettings(t *testing.T) {
 	for _, tc := range []struct {
 		env              []string
 		interval, maxAge time.Duration
 	}{
-		{nil, 15 * time.Minute, 45 * time.Minute},
+		{nil, 15 * time.Minute, 40 * time.Minute},
 		{[]string{"SLUICE_BUCKET_INDEX_INTERVAL", "10m", "SLUICE_BUCKET_INDEX_MAX_AGE", "50m"}, 10 * time.Minute, 50 * time.Minute},
 	} {
 		c, err := Load(env(append([]string{"SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_BUCKET_INDEX", "mimir"}, tc.env...)...))

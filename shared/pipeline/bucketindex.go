@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -58,7 +59,6 @@ func (u Uploader) WriteIndex(ctx context.Context, r messages.IndexRequest) error
 	case err == nil:
 		etag, prev = aws.ToString(head.ETag), aws.ToString(head.VersionId)
 	case s3errors.IsNotFound(err):
-		head = nil
 	default:
 		return fmt.Errorf("bucket index of %s: head %s: %w", r.Tenant, key, err)
 	}
@@ -78,7 +78,7 @@ func (u Uploader) WriteIndex(ctx context.Context, r messages.IndexRequest) error
 	if r.Scheduled && head != nil {
 		if age, keep := u.keepIndex(head, sum); keep {
 			u.Logger.InfoContext(ctx, "bucket index unchanged; kept", logattr.Tenant(r.Tenant), "key", key,
-				"blocks", len(idx.Blocks), "age", age.Round(time.Second), "maxAge", u.Config.BucketIndexMaxAge)
+				"blocks", len(idx.Blocks), "age", age.String(), "maxAge", u.Config.BucketIndexMaxAge.String(), "why", r.Why)
 			return nil
 		}
 	}
@@ -90,7 +90,8 @@ func (u Uploader) WriteIndex(ctx context.Context, r messages.IndexRequest) error
 		return err
 	}
 	in := &s3.PutObjectInput{Bucket: aws.String(u.Config.Bucket), Key: aws.String(key), Body: bytes.NewReader(body),
-		ContentType: aws.String("application/gzip"), Metadata: map[string]string{bucketindex.MetadataContentSum: sum}}
+		ContentType: aws.String("application/gzip"), Metadata: map[string]string{
+			bucketindex.MetadataContentSum: sum, bucketindex.MetadataUpdatedAt: strconv.FormatInt(idx.UpdatedAt, 10)}}
 	if etag != "" {
 		in.IfMatch = aws.String(etag)
 	} else {
@@ -117,15 +118,22 @@ func (u Uploader) WriteIndex(ctx context.Context, r messages.IndexRequest) error
 // describes as it is, and how old it is: it says what the records say now
 // (its content sum, put beside it when it was written, is sum), and it
 // will still be younger than Config.BucketIndexMaxAge when the next pass
-// comes, one Config.BucketIndexInterval from now. Keeping it is a write
-// not made, never a condition weakened: the index in the bucket is the one
-// this write would put, but for its updated_at. An index without the sum
+// comes, one Config.BucketIndexInterval from now. Its age is its
+// updated_at's, also put beside it, which is what readers judge: a writer
+// slowed between building and putting an index makes it older than its
+// S3 modification time says. Keeping it is a write not made, never a
+// condition weakened: the index in the bucket is the one this write would
+// put, but for its updated_at. An index without the sum or the time
 // (Cortex's or Mimir's own compactor wrote it) is always rewritten.
 func (u Uploader) keepIndex(head *s3.HeadObjectOutput, sum string) (time.Duration, bool) {
-	if head.Metadata[bucketindex.MetadataContentSum] != sum || head.LastModified == nil {
+	if head.Metadata[bucketindex.MetadataContentSum] != sum {
 		return 0, false
 	}
-	age := u.now().Sub(*head.LastModified)
+	updated, err := strconv.ParseInt(head.Metadata[bucketindex.MetadataUpdatedAt], 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	age := u.now().Sub(time.Unix(updated, 0))
 	return age, age+u.Config.BucketIndexInterval < u.Config.BucketIndexMaxAge
 }
 

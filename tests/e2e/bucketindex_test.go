@@ -176,8 +176,9 @@ func TestBucketIndexFollowsTheRecords(t *testing.T) {
 // keepsAnUnchangedIndex: with nothing changed, a scheduled request leaves
 // the index as it is (no PUT, no DELETE) until it would be older than
 // SLUICE_BUCKET_INDEX_MAX_AGE at the next pass, then rewrites it, and a
-// change's request always writes; each write leaves one version, updated
-// now, listing the same blocks.
+// change's request always writes; each write leaves one version listing
+// the same blocks, its updated_at the writer's clock, and a kept index
+// keeps its updated_at.
 func keepsAnUnchangedIndex(t *testing.T, w *testworld.World, tenant string) {
 	t.Helper()
 	ctx := context.Background()
@@ -209,6 +210,11 @@ func keepsAnUnchangedIndex(t *testing.T, w *testworld.World, tenant string) {
 		{"scheduled, one maximum age later", &later, true, true},
 	} {
 		was, _ := current()
+		prior, _, _ := readIndex(t, w, tenant)
+		clock := time.Now()
+		if tc.deps.Now != nil {
+			clock = tc.deps.Now()
+		}
 		if err := (pipeline.Uploader{Deps: tc.deps}).WriteIndex(ctx, messages.IndexRequest{Tenant: tenant, Why: "test", Scheduled: tc.scheduled}); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -217,6 +223,12 @@ func keepsAnUnchangedIndex(t *testing.T, w *testworld.World, tenant string) {
 		if written := vid != was; written != tc.written || got != sum || !ok || versions != 1 || !slices.Equal(indexed(idx), indexed(before)) {
 			t.Errorf("%s: written %v (version %s after %s), sum %s (want %s), %d version(s), lists %v; want written %v, one version listing %v",
 				tc.name, written, vid, was, got, sum, versions, indexed(idx), tc.written, indexed(before))
+		}
+		switch {
+		case tc.written && idx.UpdatedAt < clock.Unix():
+			t.Errorf("%s: updated_at %v, want the writer's clock, %v", tc.name, time.Unix(idx.UpdatedAt, 0), clock)
+		case !tc.written && idx.UpdatedAt != prior.UpdatedAt:
+			t.Errorf("%s: updated_at %v, want the kept index's %v", tc.name, time.Unix(idx.UpdatedAt, 0), time.Unix(prior.UpdatedAt, 0))
 		}
 	}
 	if last, _ := current(); last == first {
