@@ -43,7 +43,7 @@ var errMarkNotYet = errors.New("the block is not settled yet; the mark is honour
 // Sluice's own marks arrive here too (a retired source's deletion mark, a
 // quarantined block's no-compact mark): their blocks are RETIRING or
 // QUARANTINED, and nothing is done.
-func (p Planner) handleMark(ctx context.Context, k blockkey.Key, vid string) error {
+func (p Planner) handleMark(ctx context.Context, k blockkey.Key, vid string, ask planAsks) error {
 	log := p.Logger.With(logattr.Block(k.Tenant, k.Block.String()), "mark", k.File)
 	b, known, err := p.records().GetBlock(ctx, k.Tenant, k.Block.String())
 	if err != nil {
@@ -57,7 +57,7 @@ func (p Planner) handleMark(ctx context.Context, k blockkey.Key, vid string) err
 		// sees the mark; a rival registration that wins is read back.
 		meta := k
 		meta.File = blockkey.MetaFile
-		if err := p.handleObject(ctx, s3event.ObjectCreated{Key: meta.String()}); err != nil {
+		if err := p.handleObject(ctx, s3event.ObjectCreated{Key: meta.String()}, ask); err != nil {
 			return err
 		}
 		if b, known, err = p.records().GetBlock(ctx, k.Tenant, k.Block.String()); err != nil {
@@ -69,7 +69,7 @@ func (p Planner) handleMark(ctx context.Context, k blockkey.Key, vid string) err
 		}
 	}
 	for round := 0; round < markRounds; round++ {
-		again, err := p.honourMark(ctx, k, b, vid, log)
+		again, err := p.honourMark(ctx, k, b, vid, log, ask)
 		if err != nil || !again {
 			return err
 		}
@@ -82,7 +82,7 @@ func (p Planner) handleMark(ctx context.Context, k blockkey.Key, vid string) err
 
 // honourMark takes one step for the mark of block b; again asks for the
 // record to be read again and another step.
-func (p Planner) honourMark(ctx context.Context, k blockkey.Key, b records.Block, vid string, log *slog.Logger) (again bool, err error) {
+func (p Planner) honourMark(ctx context.Context, k blockkey.Key, b records.Block, vid string, log *slog.Logger, ask planAsks) (again bool, err error) {
 	deletion := k.File == blockkey.DeletionMarkFile
 	switch b.State {
 	case protocol.BlockLive, protocol.BlockClaimed:
@@ -139,7 +139,7 @@ func (p Planner) honourMark(ctx context.Context, k blockkey.Key, b records.Block
 		return false, err
 	}
 	log.InfoContext(ctx, "deletion mark honoured: the block is retired and deleted when its delay ends", "deleteAt", retireAt.UTC())
-	return false, p.planFor(ctx, b)
+	return false, p.planFor(ctx, b, ask)
 }
 
 // supersedeFor takes down the version that claims marked block b, unless

@@ -59,15 +59,9 @@ type plannerRecords interface {
 	Supersede(ctx context.Context, g records.Group, from protocol.GroupState, reason string, now time.Time) error
 }
 
-// Handle processes a batch from the block-events queue: S3 ObjectCreated
-// events and the cleaner's plan requests.
-func (p Planner) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
-	ctx, emit := p.measured(ctx)
-	defer emit()
-	return eachMessage(ctx, p.Logger, "planner", ev, p.handleMessage), nil
-}
-
-func (p Planner) handleMessage(ctx context.Context, m events.SQSMessage) error {
+// handleMessage does one message's own work and asks for the planning it
+// needs.
+func (p Planner) handleMessage(ctx context.Context, m events.SQSMessage, ask planAsks) error {
 	msg, err := messages.Decode(m.Body)
 	if err == nil {
 		switch req := msg.(type) {
@@ -76,9 +70,10 @@ func (p Planner) handleMessage(ctx context.Context, m events.SQSMessage) error {
 			if err != nil {
 				return err
 			}
-			return p.PlanGroup(ctx, req.Tenant, g)
+			ask.group(req.Tenant, g)
+			return nil
 		case messages.RetryRequest:
-			return p.Retry(ctx, req)
+			return p.retry(ctx, req, ask)
 		}
 		return fmt.Errorf("planner: unexpected %T on the block-events queue", msg)
 	}
@@ -90,14 +85,14 @@ func (p Planner) handleMessage(ctx context.Context, m events.SQSMessage) error {
 		return fmt.Errorf("planner: message %s: %w", m.MessageId, err)
 	}
 	for _, o := range objs {
-		if err := p.handleObject(ctx, o); err != nil {
+		if err := p.handleObject(ctx, o, ask); err != nil {
 			return fmt.Errorf("planner: %s: %w", o.Key, err)
 		}
 	}
 	return nil
 }
 
-func (p Planner) handleObject(ctx context.Context, o s3event.ObjectCreated) error {
+func (p Planner) handleObject(ctx context.Context, o s3event.ObjectCreated, ask planAsks) error {
 	k, err := blockkey.Parse(o.Key, p.Config.Layout)
 	if err != nil {
 		if p.Config.Layout.IsGlobalMarker(o.Key) {
@@ -112,7 +107,7 @@ func (p Planner) handleObject(ctx context.Context, o s3event.ObjectCreated) erro
 	switch k.File {
 	case blockkey.MetaFile:
 	case blockkey.DeletionMarkFile, blockkey.NoCompactMarkFile:
-		return p.handleMark(ctx, k, o.VersionID)
+		return p.handleMark(ctx, k, o.VersionID, ask)
 	default:
 		p.Logger.DebugContext(ctx, "skipping an object that is neither meta.json nor a mark", "key", o.Key)
 		return nil
@@ -159,7 +154,7 @@ func (p Planner) handleObject(ctx context.Context, o s3event.ObjectCreated) erro
 	if b.State == protocol.BlockRejected || b.State == protocol.BlockRetiring {
 		return nil
 	}
-	return p.planFor(ctx, b)
+	return p.planFor(ctx, b, ask)
 }
 
 // mayBeRegistered tells, from its meta.json, whether a block may be
@@ -320,7 +315,7 @@ func (p Planner) readBlock(ctx context.Context, k blockkey.Key, body []byte, vid
 	return b, st, "", nil
 }
 
-// Retry releases a quarantined block or group (`sluice retry`).
+// retry releases a quarantined block or group (`sluice retry`).
 //
 // A block is read again as it is in the bucket now — an operator may have
 // re-uploaded fixed files under its ULID — checked as at registration, and
@@ -331,7 +326,7 @@ func (p Planner) readBlock(ctx context.Context, k blockkey.Key, body []byte, vid
 //
 // A group goes QUARANTINED → SUPERSEDED with its failures forgotten; the
 // cleanup of a superseded version releases the claims and re-plans.
-func (p Planner) Retry(ctx context.Context, req messages.RetryRequest) error {
+func (p Planner) retry(ctx context.Context, req messages.RetryRequest, ask planAsks) error {
 	log := p.Logger.With(logattr.Block(req.Tenant, req.Block), "group", req.Group)
 	if req.Group != "" {
 		g, err := planning.ParseGroupKey(req.Group)
@@ -411,7 +406,7 @@ func (p Planner) Retry(ctx context.Context, req messages.RetryRequest) error {
 	if err := p.sendStray(ctx, k, b, gone); err != nil {
 		return err
 	}
-	return p.planFor(ctx, b)
+	return p.planFor(ctx, b, ask)
 }
 
 // checkFiles reads a few bytes of the block's files by their VersionIds
@@ -525,16 +520,18 @@ func (p Planner) getObject(ctx context.Context, key, vid string) ([]byte, string
 	return body, aws.ToString(res.VersionId), nil
 }
 
-// planFor plans the group a block goes to: its own split when it is big
-// enough to be split on arrival (Policy.SplitCount: the range's group
-// then reads only its own partition of it), else the next level up, or —
-// for a late block — the highest level that already compacted its range.
-func (p Planner) planFor(ctx context.Context, b records.Block) error {
+// planFor asks for the planning of the group a block goes to: its own
+// split when it is big enough to be split on arrival (Policy.SplitCount:
+// the range's group then reads only its own partition of it), else the
+// next level up, or — for a late block — the highest level that already
+// compacted its range (found when the batch ends: planBatch.targets).
+func (p Planner) planFor(ctx context.Context, b records.Block, ask planAsks) error {
 	c := candidate(b)
 	pol := p.overrides(ctx).Policy(b.Tenant, p.Config.Policy)
 	plannable := b.State == protocol.BlockLive && b.Published && b.ClaimedBy == "" && !b.NoCompact
 	if plannable && pol.SplitCount(c) > 0 {
-		return p.PlanGroup(ctx, b.Tenant, planning.SplitKey(b.Stream, b.MinT, b.ID))
+		ask.group(b.Tenant, planning.SplitKey(b.Stream, b.MinT, b.ID))
+		return nil
 	}
 	if plannable && pol.Downsample {
 		sr, ok, err := p.records().GetStream(ctx, b.Tenant, b.Stream)
@@ -542,30 +539,11 @@ func (p Planner) planFor(ctx context.Context, b records.Block) error {
 			return err
 		}
 		if to, due := downsampleDue(pol, b, sr.Resolution); ok && due {
-			if err := p.PlanGroup(ctx, b.Tenant, planning.DownsampleKey(b.Stream, b.MinT, b.ID, to)); err != nil {
-				return err
-			}
+			ask.group(b.Tenant, planning.DownsampleKey(b.Stream, b.MinT, b.ID, to))
 		}
 	}
-	// Every level above the block is read at once (one BatchGetItem
-	// where a GetItem each would be two or three), after the block's
-	// registration as before: Target then asks only the map.
-	heads, err := p.groupHeads(ctx, b.Tenant, p.Config.Policy.TargetCandidates(b.Stream, b.Level, b.MinT, b.MaxT))
-	if err != nil {
-		return err
-	}
-	g, ok := p.Config.Policy.Target(b.Stream, b.Level, b.MinT, b.MaxT, func(g planning.GroupKey) bool {
-		return heads[g].EverCompleted
-	})
-	if !ok {
-		p.Logger.DebugContext(ctx, "block has no group to go to", logattr.Block(b.Tenant, b.ID), "level", b.Level)
-		return nil
-	}
-	var read *records.Group
-	if head, ok := heads[g]; ok {
-		read = &head // just read by Target: planning starts from it
-	}
-	return p.planGroup(ctx, b.Tenant, g, read)
+	ask.targetOf(b)
+	return nil
 }
 
 // groupHeads reads the heads of gs: one GetItem for one group, one

@@ -1,0 +1,201 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/sluice-dev/sluice/shared/logattr"
+	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/records"
+)
+
+// planBatch is the planning one batch of block events asks for. Each
+// message registers its blocks (or honours its mark, or releases what
+// `sluice retry` names) at once and only names what is to be planned; the
+// batch then plans each group once, after every message's own work. A
+// batch of blocks into one range — replicas uploading the same two hours,
+// a backfill, `sluice adopt`, a version's partition outputs published
+// together — plans that range once instead of once per block, and the
+// heads of every level above the batch's blocks are read in one
+// BatchGetItem per tenant.
+//
+// Nothing is planned on less than before: a group is planned after every
+// registration in the batch that asked for it, so its one planning reads
+// every block any of the per-message plannings would have read. Planning
+// stays what it was (every change fenced on the version it read); the
+// batch only asks fewer times. A message is deleted only when the
+// planning it asked for succeeded: a group's failure fails every message
+// that asked for it, and their redelivery (recognised as duplicates)
+// asks again.
+type planBatch struct {
+	groups []*batchGroup
+	byKey  map[batchGroupKey]*batchGroup
+	blocks []batchBlock
+}
+
+type batchGroupKey struct{ tenant, group string }
+
+// batchGroup is one group the batch plans, with the messages that asked.
+type batchGroup struct {
+	tenant string
+	key    planning.GroupKey
+	// head is the group's head when the batch read it to find a block's
+	// target (after every registration); nil: planning reads it.
+	head *records.Group
+	msgs []string
+}
+
+// batchBlock is a block whose group is found at the end of the batch: the
+// level above it, or the highest level that compacted its range already.
+type batchBlock struct {
+	block records.Block
+	msg   string
+}
+
+func newPlanBatch() *planBatch {
+	return &planBatch{byKey: map[batchGroupKey]*batchGroup{}}
+}
+
+// planAsks is how one message of a batch asks for planning.
+type planAsks struct {
+	batch *planBatch
+	msg   string
+}
+
+func (q *planBatch) asks(msg string) planAsks { return planAsks{batch: q, msg: msg} }
+
+// group asks for group g of tenant to be planned.
+func (a planAsks) group(tenant string, g planning.GroupKey) {
+	a.batch.add(tenant, g, a.msg)
+}
+
+// targetOf asks for the group block b goes to to be planned.
+func (a planAsks) targetOf(b records.Block) {
+	a.batch.blocks = append(a.batch.blocks, batchBlock{block: b, msg: a.msg})
+}
+
+func (q *planBatch) add(tenant string, g planning.GroupKey, msg string) *batchGroup {
+	k := batchGroupKey{tenant, g.String()}
+	bg, ok := q.byKey[k]
+	if !ok {
+		bg = &batchGroup{tenant: tenant, key: g}
+		q.byKey[k] = bg
+		q.groups = append(q.groups, bg)
+	}
+	if len(bg.msgs) == 0 || bg.msgs[len(bg.msgs)-1] != msg {
+		bg.msgs = append(bg.msgs, msg)
+	}
+	return bg
+}
+
+// Handle processes a batch from the block-events queue: S3 ObjectCreated
+// events, the cleaner's plan requests and `sluice retry`'s requests. Each
+// message's own work is done first, then the planning the batch asked for
+// (planBatch).
+func (p Planner) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	ctx, emit := p.measured(ctx)
+	defer emit()
+	q := newPlanBatch()
+	resp := eachMessage(ctx, p.Logger, "planner", ev, func(ctx context.Context, m events.SQSMessage) error {
+		return p.handleMessage(ctx, m, q.asks(m.MessageId))
+	})
+	failed := map[string]bool{}
+	for _, f := range resp.BatchItemFailures {
+		failed[f.ItemIdentifier] = true
+	}
+	for _, id := range p.planBatch(ctx, q) {
+		if !failed[id] {
+			failed[id] = true
+			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: id})
+		}
+	}
+	return resp, nil
+}
+
+// planBatch finds the groups of the batch's blocks and plans every group
+// the batch asked for once, in the order first asked. It returns the
+// messages whose planning failed.
+func (p Planner) planBatch(ctx context.Context, q *planBatch) (failed []string) {
+	fail := func(msgs []string, subject slog.Attr, err error) {
+		p.Logger.ErrorContext(ctx, "planning failed; SQS will redeliver the messages that asked for it", subject, "messages", msgs, "err", err)
+		failed = append(failed, msgs...)
+	}
+	byTenant := map[string][]batchBlock{}
+	var tenants []string
+	for _, bb := range q.blocks {
+		if _, ok := byTenant[bb.block.Tenant]; !ok {
+			tenants = append(tenants, bb.block.Tenant)
+		}
+		byTenant[bb.block.Tenant] = append(byTenant[bb.block.Tenant], bb)
+	}
+	for _, tenant := range tenants {
+		blocks := byTenant[tenant]
+		if err := p.targets(ctx, q, tenant, blocks); err != nil {
+			msgs := make([]string, 0, len(blocks))
+			for _, bb := range blocks {
+				msgs = append(msgs, bb.msg)
+			}
+			fail(msgs, logattr.Tenant(tenant), fmt.Errorf("reading the heads above %d block(s): %w", len(blocks), err))
+		}
+	}
+	for _, bg := range q.groups {
+		if err := p.planAsked(ctx, bg); err != nil {
+			fail(bg.msgs, logattr.Group(bg.tenant, bg.key), err)
+		}
+	}
+	return failed
+}
+
+// targets reads, in one go after every registration of the batch, the
+// heads of every level above tenant's blocks and asks for the group each
+// block goes to, that head with it (planning starts from it).
+func (p Planner) targets(ctx context.Context, q *planBatch, tenant string, blocks []batchBlock) error {
+	var cands []planning.GroupKey
+	seen := map[planning.GroupKey]bool{}
+	for _, bb := range blocks {
+		b := bb.block
+		for _, g := range p.Config.Policy.TargetCandidates(b.Stream, b.Level, b.MinT, b.MaxT) {
+			if !seen[g] {
+				seen[g] = true
+				cands = append(cands, g)
+			}
+		}
+	}
+	heads := map[planning.GroupKey]records.Group{}
+	if len(cands) > 0 {
+		var err error
+		if heads, err = p.groupHeads(ctx, tenant, cands); err != nil {
+			return err
+		}
+	}
+	for _, bb := range blocks {
+		b := bb.block
+		g, ok := p.Config.Policy.Target(b.Stream, b.Level, b.MinT, b.MaxT, func(g planning.GroupKey) bool {
+			return heads[g].EverCompleted
+		})
+		if !ok {
+			p.Logger.DebugContext(ctx, "block has no group to go to", logattr.Block(b.Tenant, b.ID), "level", b.Level)
+			continue
+		}
+		bg := q.add(tenant, g, bb.msg)
+		if head, ok := heads[g]; ok {
+			bg.head = &head
+		}
+	}
+	return nil
+}
+
+// planAsked plans one group the batch asked for; a panic is its failure
+// alone, as a message's is in eachMessage.
+func (p Planner) planAsked(ctx context.Context, bg *batchGroup) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return p.planGroup(ctx, bg.tenant, bg.key, bg.head)
+}

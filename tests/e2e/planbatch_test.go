@@ -1,0 +1,134 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sluice-dev/sluice/localstack/localrun"
+	"github.com/sluice-dev/sluice/shared/pipeline"
+	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/protocol"
+	"github.com/sluice-dev/sluice/shared/spec"
+	"github.com/sluice-dev/sluice/shared/stream"
+	"github.com/sluice-dev/sluice/tests/testworld"
+)
+
+// A batch of uploads into one range is planned once, after every block of
+// the batch is registered: one version over all six blocks, one Query of
+// the range's members, where planning per message made six (five of them
+// to find the range not covered yet). When that one planning fails, every
+// message that asked for it is handed back to SQS, and the redelivered
+// batch (each block recognised as registered) plans the group.
+func TestABatchPlansItsRangeOnce(t *testing.T) {
+	t.Parallel()
+	var failCreate atomic.Int32
+	hook := func(_ context.Context, step pipeline.Step, _ string) error {
+		if step == "planner.before-create" && failCreate.Add(-1) >= 0 {
+			return errors.New("injected: the planner's invocation fails before creating the version")
+		}
+		return nil
+	}
+	w := testworld.New(t, testworld.Options{Pipeline: localrun.Options{Hook: hook}})
+	ctx := context.Background()
+	halfDay(ctx, w, "acme", 3)
+	batch := receiveBlockEvents(t, w, 6)
+	planner := pipeline.Planner{Deps: w.Pipeline.Deps}
+	g := planning.GroupKey{Stream: stream.Stream{}.ID(), Level: 1, RangeStart: day().UnixMilli()}
+
+	failCreate.Store(1)
+	resp, err := planner.Handle(ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failed []string
+	for _, f := range resp.BatchItemFailures {
+		failed = append(failed, f.ItemIdentifier)
+	}
+	var all []string
+	for _, m := range batch.Records {
+		all = append(all, m.MessageId)
+	}
+	slices.Sort(failed)
+	slices.Sort(all)
+	if !slices.Equal(failed, all) {
+		t.Fatalf("a failed planning handed back messages %v; want every message that asked for it: %v", failed, all)
+	}
+	live := 0
+	for _, b := range w.Blocks(ctx, "acme") {
+		if b.State == protocol.BlockLive {
+			live++
+		}
+	}
+	if _, ok, err := w.Store.GetGroup(ctx, "acme", g); err != nil || ok || live != 6 {
+		t.Fatalf("after the failed planning: group exists %v (%v), %d blocks LIVE; want no group and 6 blocks registered LIVE", ok, err, live)
+	}
+
+	queries := w.Requests.Get("DynamoDB Query")
+	resp, err = planner.Handle(ctx, batch)
+	if err != nil || len(resp.BatchItemFailures) > 0 {
+		t.Fatalf("redelivered batch: %v, failures %v", err, resp.BatchItemFailures)
+	}
+	if n := w.Requests.Get("DynamoDB Query") - queries; n != 1 {
+		t.Errorf("the batch queried %d times; want once, for the range's members", n)
+	}
+	head, ok, err := w.Store.GetGroup(ctx, "acme", g)
+	if err != nil || !ok || head.Version != 1 || head.State != protocol.GroupPlanned || len(head.Sources) != 6 {
+		t.Fatalf("group after the batch: version %d %s, %d sources (%v, %v); want version 1 PLANNED over the 6 blocks", head.Version, head.State, len(head.Sources), ok, err)
+	}
+	deleteMessages(t, w, batch)
+	settle(t, w, "acme")
+	if head, _, err = w.Store.GetGroup(ctx, "acme", g); err != nil || head.Version != 1 || head.State != protocol.GroupRetired {
+		t.Fatalf("group after settling: version %d %s (%v); want version 1 RETIRED", head.Version, head.State, err)
+	}
+	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// receiveBlockEvents takes n messages off the block-events queue and hands
+// them back as the event source would give them to the planner: one batch.
+func receiveBlockEvents(t *testing.T, w *testworld.World, n int) events.SQSEvent {
+	t.Helper()
+	var ev events.SQSEvent
+	url := w.Env.Deployment.QueueURLs[spec.BlockEvents]
+	for deadline := time.Now().Add(time.Minute); len(ev.Records) < n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("received %d of %d block events in a minute", len(ev.Records), n)
+		}
+		out, err := w.Env.Clients.SQS.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
+			QueueUrl: aws.String(url), MaxNumberOfMessages: int32(n - len(ev.Records)),
+			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range out.Messages {
+			ev.Records = append(ev.Records, events.SQSMessage{
+				MessageId: aws.ToString(m.MessageId), ReceiptHandle: aws.ToString(m.ReceiptHandle),
+				Body: aws.ToString(m.Body), Attributes: m.Attributes, EventSource: "aws:sqs",
+			})
+		}
+	}
+	return ev
+}
+
+// deleteMessages deletes a batch handled in full, as the event source does.
+func deleteMessages(t *testing.T, w *testworld.World, ev events.SQSEvent) {
+	t.Helper()
+	for _, m := range ev.Records {
+		if _, err := w.Env.Clients.SQS.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{
+			QueueUrl: aws.String(w.Env.Deployment.QueueURLs[spec.BlockEvents]), ReceiptHandle: aws.String(m.ReceiptHandle),
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
