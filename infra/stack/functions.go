@@ -62,11 +62,15 @@ func (s *Sluice) addFunction(props Props, f spec.Function) {
 		if q.Consumer != f.ID {
 			continue
 		}
-		fn.AddEventSource(awslambdaeventsources.NewSqsEventSource(s.Queues[q.ID], &awslambdaeventsources.SqsEventSourceProps{
+		src := &awslambdaeventsources.SqsEventSourceProps{
 			BatchSize:               jsii.Number(float64(q.BatchSize)),
 			MaxConcurrency:          jsii.Number(float64(q.MaxConcurrency)),
 			ReportBatchItemFailures: jsii.Bool(true),
-		}))
+		}
+		if q.BatchingWindow > 0 {
+			src.MaxBatchingWindow = awscdk.Duration_Seconds(jsii.Number(q.BatchingWindow.Seconds()))
+		}
+		fn.AddEventSource(awslambdaeventsources.NewSqsEventSource(s.Queues[q.ID], src))
 	}
 	s.Functions[f.ID] = fn
 }

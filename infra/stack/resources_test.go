@@ -5,6 +5,7 @@ import (
 	"maps"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
 	"github.com/aws/jsii-runtime-go"
@@ -298,14 +299,24 @@ func TestEachQueueFeedsItsConsumerWithPartialBatchFailures(t *testing.T) {
 		})
 		for _, q := range r.Queues {
 			check(t, string(q.ID), func() {
-				d.tmpl.HasResourceProperties(jsii.String("AWS::Lambda::EventSourceMapping"), obj{
+				want := obj{
 					"EventSourceArn":        getAtt(d.queueID(t, q), "Arn"),
 					"FunctionName":          ref(d.functionID(t, r.Function(q.Consumer))),
 					"BatchSize":             q.BatchSize,
 					"FunctionResponseTypes": arr{"ReportBatchItemFailures"},
 					"ScalingConfig":         obj{"MaximumConcurrency": q.MaxConcurrency},
-				})
+				}
+				if q.BatchingWindow > 0 {
+					want["MaximumBatchingWindowInSeconds"] = q.BatchingWindow.Seconds()
+				}
+				d.tmpl.HasResourceProperties(jsii.String("AWS::Lambda::EventSourceMapping"), want)
 			})
+			if q.ID == spec.BlockEvents && q.BatchingWindow != spec.PlannerBatchingWindow {
+				t.Errorf("%s: batching window %v, want the planner's %v", q.ID, q.BatchingWindow, spec.PlannerBatchingWindow)
+			}
+			if q.BatchingWindow > 0 && (q.FIFO || q.BatchingWindow > 5*time.Minute || q.VisibilityTimeout < 6*r.Function(q.Consumer).Timeout+q.BatchingWindow) {
+				t.Errorf("%s: batching window %v on a FIFO queue, over Lambda's 5 minutes, or not within the visibility timeout %v", q.ID, q.BatchingWindow, q.VisibilityTimeout)
+			}
 			if q.FIFO && q.BatchSize > 10 {
 				t.Errorf("%s: FIFO batch size %d > 10", q.ID, q.BatchSize)
 			}

@@ -49,8 +49,8 @@ type Queue struct {
 	FIFO bool
 	// Consumer is the function that the queue feeds.
 	Consumer FunctionID
-	// VisibilityTimeout is at least 6 × the consumer's timeout, as AWS
-	// recommends for Lambda event sources.
+	// VisibilityTimeout is at least 6 × the consumer's timeout plus its
+	// batching window, as AWS recommends for Lambda event sources.
 	VisibilityTimeout time.Duration
 	// MaxReceiveCount is how often a message is received before it is
 	// moved to the DLQ: 5, or 10 for a FIFO queue read in batches. There a
@@ -62,6 +62,12 @@ type Queue struct {
 	MaxReceiveCount int
 	// BatchSize is the event source's batch size (≤ 10 for FIFO).
 	BatchSize int
+	// BatchingWindow is how long Lambda gathers a standard queue's
+	// messages into one batch before invoking its consumer (0 to 5
+	// minutes; 0 invokes as soon as any is there). The planner's is
+	// PlannerBatchingWindow. The local event source runner does not wait:
+	// it hands over what one receive returns, as a window of 0 does.
+	BatchingWindow time.Duration
 	// MaxConcurrency caps concurrent invocations from this queue (≥ 2).
 	MaxConcurrency int
 	// Retention is how long messages (and DLQ messages) are kept.
@@ -133,24 +139,38 @@ func Default(prefix string) Resources {
 		Table:     Table{PartitionKey: "PK", SortKey: "SK", TTLAttribute: "expiresAt"},
 		Functions: fns,
 	}
-	q := func(id QueueID, fifo bool, fn FunctionID, batch, conc int) Queue {
+	q := func(id QueueID, fifo bool, fn FunctionID, batch, conc int, window time.Duration) Queue {
 		return Queue{
 			ID: id, FIFO: fifo, Consumer: fn,
-			VisibilityTimeout: 6 * r.Function(fn).Timeout,
+			VisibilityTimeout: 6*r.Function(fn).Timeout + window,
 			MaxReceiveCount:   maxReceiveCount(fifo, batch),
 			BatchSize:         batch,
+			BatchingWindow:    window,
 			MaxConcurrency:    conc,
 			Retention:         14 * 24 * time.Hour,
 		}
 	}
 	r.Queues = []Queue{
-		q(BlockEvents, false, Planner, 10, 10),
-		q(CompactionJobs, true, Compact, 1, 50),
-		q(CleanerEvents, true, Cleaner, 10, 5),
-		q(BlockOps, true, Uploader, 10, 20),
+		q(BlockEvents, false, Planner, 10, 10, PlannerBatchingWindow),
+		q(CompactionJobs, true, Compact, 1, 50, 0),
+		q(CleanerEvents, true, Cleaner, 10, 5, 0),
+		q(BlockOps, true, Uploader, 10, 20, 0),
 	}
 	return r
 }
+
+// PlannerBatchingWindow is the block-events queue's batching window. The
+// planner plans each group a batch asks for once, after registering every
+// block of the batch (docs/protocol.md, "A batch plans each group once"):
+// the replicas of one Prometheus and the ingesters of one Cortex or Mimir
+// tenant cut the same 2h block at the same boundary and ship it close
+// together, and a version's partition outputs are published together, so
+// gathering them costs one planning of their range where each event alone
+// costs one (a read of the heads above, a Query of the range's members and
+// a read of its blocks). Twenty seconds is nothing beside a range that
+// waits hours to be covered; it is added to each hop from a cleaner's
+// re-plan to the next level's jobs.
+const PlannerBatchingWindow = 20 * time.Second
 
 // maxReceiveCount is Queue.MaxReceiveCount's default.
 func maxReceiveCount(fifo bool, batch int) int {
