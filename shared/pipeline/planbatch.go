@@ -1,10 +1,12 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -29,8 +31,10 @@ import (
 // stays what it was (every change fenced on the version it read); the
 // batch only asks fewer times. A message is deleted only when the
 // planning it asked for succeeded: a group's failure fails every message
-// that asked for it, and their redelivery (recognised as duplicates)
-// asks again.
+// that asked for it. An upload's redelivery (recognised as registered)
+// and a plan request's ask again; a mark's or a retry's finds its work
+// done and asks nothing, as before batches (the range is planned again by
+// its next event or the cleaner's next re-plan).
 type planBatch struct {
 	groups []*batchGroup
 	byKey  map[batchGroupKey]*batchGroup
@@ -117,8 +121,15 @@ func (p Planner) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 }
 
 // planBatch finds the groups of the batch's blocks and plans every group
-// the batch asked for once, in the order first asked. It returns the
-// messages whose planning failed.
+// the batch asked for once: a block's own groups (its split, its
+// downsample) first, then the ranges, each kind in the order first asked.
+// A range takes any live, unclaimed block in it, so a range planned first
+// would take a big block whole where its split was due (a cleaner's
+// re-plan of the range in the same batch as the block's upload), or a
+// block ahead of its downsample; a split or downsample planned first
+// claims the block, and the range waits for it, as when the block's own
+// message planned before the range's came. It returns the messages whose
+// planning failed.
 func (p Planner) planBatch(ctx context.Context, q *planBatch) (failed []string) {
 	fail := func(msgs []string, subject slog.Attr, err error) {
 		p.Logger.ErrorContext(ctx, "planning failed; SQS will redeliver the messages that asked for it", subject, "messages", msgs, "err", err)
@@ -134,7 +145,7 @@ func (p Planner) planBatch(ctx context.Context, q *planBatch) (failed []string) 
 	}
 	for _, tenant := range tenants {
 		blocks := byTenant[tenant]
-		if err := p.targets(ctx, q, tenant, blocks); err != nil {
+		if err := recovered(func() error { return p.targets(ctx, q, tenant, blocks) }); err != nil {
 			msgs := make([]string, 0, len(blocks))
 			for _, bb := range blocks {
 				msgs = append(msgs, bb.msg)
@@ -142,12 +153,26 @@ func (p Planner) planBatch(ctx context.Context, q *planBatch) (failed []string) 
 			fail(msgs, logattr.Tenant(tenant), fmt.Errorf("reading the heads above %d block(s): %w", len(blocks), err))
 		}
 	}
-	for _, bg := range q.groups {
-		if err := p.planAsked(ctx, bg); err != nil {
+	ordered := slices.Clone(q.groups)
+	slices.SortStableFunc(ordered, func(a, b *batchGroup) int {
+		return cmp.Compare(planOrder(a.key), planOrder(b.key))
+	})
+	for _, bg := range ordered {
+		err := recovered(func() error { return p.planGroup(ctx, bg.tenant, bg.key, bg.head) })
+		if err != nil {
 			fail(bg.msgs, logattr.Group(bg.tenant, bg.key), err)
 		}
 	}
 	return failed
+}
+
+// planOrder ranks a group in a batch's planning: a block's own groups
+// before ranges.
+func planOrder(g planning.GroupKey) int {
+	if g.IsSplit() || g.IsDownsample() {
+		return 0
+	}
+	return 1
 }
 
 // targets reads, in one go after every registration of the batch, the
@@ -189,13 +214,14 @@ func (p Planner) targets(ctx context.Context, q *planBatch, tenant string, block
 	return nil
 }
 
-// planAsked plans one group the batch asked for; a panic is its failure
-// alone, as a message's is in eachMessage.
-func (p Planner) planAsked(ctx context.Context, bg *batchGroup) (err error) {
+// recovered runs fn, a panic its error: one poison group or tenant fails
+// the messages that asked for it, as a message's panic fails that message
+// alone in eachMessage, not the whole batch.
+func recovered(fn func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
 		}
 	}()
-	return p.planGroup(ctx, bg.tenant, bg.key, bg.head)
+	return fn()
 }

@@ -14,6 +14,8 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sluice-dev/sluice/localstack/localrun"
+	"github.com/sluice-dev/sluice/shared/config"
+	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/pipeline"
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/protocol"
@@ -88,6 +90,51 @@ func TestABatchPlansItsRangeOnce(t *testing.T) {
 	settle(t, w, "acme")
 	if head, _, err = w.Store.GetGroup(ctx, "acme", g); err != nil || head.Version != 1 || head.State != protocol.GroupRetired {
 		t.Fatalf("group after settling: version %d %s (%v); want version 1 RETIRED", head.Version, head.State, err)
+	}
+	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A batch planning both a range and big blocks of it that are due to be
+// split plans the splits first: a cleaner's re-plan of the range, in the
+// same batch as the uploads (and ahead of them), would otherwise take the
+// blocks whole into the range's version, and every one of its jobs would
+// read them whole. Each block is claimed by its own split; the range waits
+// for the partitions, and the pipeline then settles with nothing lost.
+func TestABatchSplitsBeforeItsRange(t *testing.T) {
+	t.Parallel()
+	w := testworld.New(t, testworld.Options{Configure: func(c *config.Config) {
+		c.Policy.Ranges = []time.Duration{12 * time.Hour}
+		c.Policy.MaxSeriesPerPartition = 20
+		c.Policy.SplitBytes = 1
+	}})
+	ctx := context.Background()
+	halfDay(ctx, w, "acme", 82)
+	uploads := receiveBlockEvents(t, w, 6)
+	g := planning.GroupKey{Stream: stream.Stream{}.ID(), Level: 1, RangeStart: day().UnixMilli()}
+	body, err := messages.Encode(messages.PlanRequest{Tenant: "acme", Group: g.String(), Why: "a cleaner's re-plan"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := events.SQSEvent{Records: append([]events.SQSMessage{{MessageId: "plan-request", Body: body, EventSource: "aws:sqs"}}, uploads.Records...)}
+	resp, err := pipeline.Planner{Deps: w.Pipeline.Deps}.Handle(ctx, batch)
+	if err != nil || len(resp.BatchItemFailures) > 0 {
+		t.Fatalf("batch: %v, failures %v", err, resp.BatchItemFailures)
+	}
+	deleteMessages(t, w, uploads)
+	if head, ok, err := w.Store.GetGroup(ctx, "acme", g); err != nil || (ok && head.Version > 0) {
+		t.Fatalf("the range planned version %d (%s, %d sources) before its blocks were split (%v)", head.Version, head.State, len(head.Sources), err)
+	}
+	for _, b := range w.Blocks(ctx, "acme") {
+		ref, err := protocol.ParseVersionRef(b.ClaimedBy)
+		if b.State != protocol.BlockClaimed || err != nil || !ref.Group.IsSplit() || ref.Group.Block != b.ID {
+			t.Errorf("upload %s is %s claimed by %q; want CLAIMED by its own split", b.ID, b.State, b.ClaimedBy)
+		}
+	}
+	settle(t, w, "acme")
+	if head, _, err := w.Store.GetGroup(ctx, "acme", g); err != nil || head.State != protocol.GroupRetired {
+		t.Fatalf("range after settling: version %d %s (%v); want RETIRED", head.Version, head.State, err)
 	}
 	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
 		t.Fatal(err)
