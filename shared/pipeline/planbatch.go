@@ -25,7 +25,7 @@ import (
 // heads of every level above the batch's blocks are read in one
 // BatchGetItem per tenant.
 //
-// Nothing is planned on less than before: a group is planned after every
+// No group is planned on fewer blocks than before: it is planned after every
 // registration in the batch that asked for it, so its one planning reads
 // every block any of the per-message plannings would have read. Planning
 // stays what it was (every change fenced on the version it read); the
