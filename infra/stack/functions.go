@@ -89,6 +89,19 @@ func (s *Sluice) functionEnv(props Props, f spec.Function) map[string]*string {
 func (s *Sluice) statements(props Props, f spec.Function, logs awslogs.LogGroup) []awsiam.PolicyStatement {
 	perm := props.Resources.Permissions(f.ID)
 	var out []awsiam.PolicyStatement
+	// IAM refuses a policy whose statement ids repeat ("Statement IDs
+	// (SID) in a single policy must be unique"), and two grants may allow
+	// the same actions (the uploader reads block objects and the bucket
+	// index): the second is numbered by its grant.
+	based := map[string]bool{}
+	s3Sid := func(g spec.S3Grant, i int) string {
+		sid := s3Sid(g, i)
+		if based[sid] {
+			sid = fmt.Sprintf("%s%d", sid, i)
+		}
+		based[sid] = true
+		return sid
+	}
 	for i, g := range perm.S3 {
 		var objects []*string
 		for _, o := range g.Objects {

@@ -411,3 +411,20 @@ func TestCheckersCatchViolations(t *testing.T) {
 		t.Error("an injected grant left the planner's grant set equal to the spec's")
 	}
 }
+
+// TestStatementIDsAreUniquePerPolicy: IAM refuses a policy document whose
+// statement ids repeat, and cfn-lint flags it (E3510); two of the
+// uploader's S3 grants once made the same ids.
+func TestStatementIDsAreUniquePerPolicy(t *testing.T) {
+	each(t, func(t *testing.T, d *deployment) {
+		for where, doc := range d.cfn.policyDocs() {
+			seen := map[string]bool{}
+			for _, st := range parseStatements(where, doc) {
+				if st.Sid != "" && seen[st.Sid] {
+					t.Errorf("%s: statement id %s appears twice", where, st.Sid)
+				}
+				seen[st.Sid] = true
+			}
+		}
+	})
+}
