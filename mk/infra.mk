@@ -31,9 +31,11 @@ $(INFRA_DIR)/node_modules/.package-lock.json: $(INFRA_DIR)/package.json $(INFRA_
 infra-test:
 	cd $(INFRA_DIR) && $(INFRA_CDK_ENV) $(GO) test -count=1 ./...
 
-## synth: build the functions, then synthesize the stack offline into infra/cdk.out
+## synth: build the functions, then synthesize the stack offline into infra/cdk.out;
+## a finding of CDK's CloudFormation validation (what CloudFormation or IAM would refuse) fails it
 synth: build infra-cli
-	cd $(INFRA_DIR) && $(INFRA_CDK_ENV) ./node_modules/.bin/cdk synth --no-notices --quiet --output cdk.out $(CDK_CONTEXT)
+	cd $(INFRA_DIR) && set -o pipefail && $(INFRA_CDK_ENV) ./node_modules/.bin/cdk synth --no-notices --quiet --output cdk.out $(CDK_CONTEXT) 2>&1 | tee cdk.out.log
+	@if grep -q "(CloudFormation Validate)" $(INFRA_DIR)/cdk.out.log; then echo "synth: CloudFormation validation found problems (above)" >&2; exit 1; fi
 	@echo "synth: $(INFRA_DIR)/cdk.out/$$(cd $(INFRA_DIR)/cdk.out && ls *.template.json | tr '\n' ' ')"
 
 ## synth-test: what `make test` runs last: the template tests, then the offline synth
