@@ -88,6 +88,20 @@ func (p Planner) honourMark(ctx context.Context, k blockkey.Key, b records.Block
 	case protocol.BlockLive, protocol.BlockClaimed:
 	case protocol.BlockPending:
 		return false, fmt.Errorf("mark %s: %w", k, errMarkNotYet)
+	case protocol.BlockRetiring:
+		if deletion && b.NoCompact && b.MarkVersionID != "" {
+			// Another tool's deletion mark, honoured by an earlier
+			// delivery whose planning may have failed (the batch handed
+			// this message back for it): ask for it again, or nothing
+			// plans the range until its next event. Sluice's own mark
+			// (a retired source's, an expired block's) passes here only
+			// for a block another tool marked no-compact before retention
+			// expired it, and then costs one planning that finds nothing.
+			log.DebugContext(ctx, "deletion mark honoured already; its range is planned again")
+			return false, p.planFor(ctx, b, ask)
+		}
+		log.DebugContext(ctx, "mark of a block that is leaving already; nothing to do", "state", b.State)
+		return false, nil
 	default:
 		log.DebugContext(ctx, "mark of a block that is leaving or left alone already; nothing to do", "state", b.State)
 		return false, nil

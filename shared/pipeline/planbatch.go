@@ -31,10 +31,10 @@ import (
 // stays what it was (every change fenced on the version it read); the
 // batch only asks fewer times. A message is deleted only when the
 // planning it asked for succeeded: a group's failure fails every message
-// that asked for it. An upload's redelivery (recognised as registered)
-// and a plan request's ask again; a mark's or a retry's finds its work
-// done and asks nothing, as before batches (the range is planned again by
-// its next event or the cleaner's next re-plan).
+// that asked for it. Every redelivery asks again: an upload's (recognised
+// as registered), a plan request's, another tool's deletion mark found
+// honoured already (honourMark), a block retry found released already
+// (retry).
 type planBatch struct {
 	groups []*batchGroup
 	byKey  map[batchGroupKey]*batchGroup

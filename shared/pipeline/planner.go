@@ -355,6 +355,13 @@ func (p Planner) retry(ctx context.Context, req messages.RetryRequest, ask planA
 	if err != nil {
 		return err
 	}
+	if ok && b.State == protocol.BlockLive {
+		// Released by an earlier delivery whose planning may have failed
+		// (the batch handed this message back for it): ask for it again,
+		// or nothing plans the block's range until its next event.
+		log.InfoContext(ctx, "retry of a block that is live (released already); its range is planned again", "gen", b.Gen)
+		return p.planFor(ctx, b, ask)
+	}
 	if !ok || b.State != protocol.BlockQuarantined {
 		log.WarnContext(ctx, "retry of a block that is not quarantined; nothing to do", "state", b.State)
 		return nil

@@ -14,6 +14,7 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sluice-dev/sluice/localstack/localrun"
+	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/config"
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/pipeline"
@@ -177,5 +178,75 @@ func deleteMessages(t *testing.T, w *testworld.World, ev events.SQSEvent) {
 		}); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// A redelivered deletion mark of another tool asks for its range to be
+// planned again. The first delivery honours the mark (the block RETIRING)
+// and asks for the range, whose planning fails: SQS hands the message
+// back. The redelivery finds the mark honoured already; it must still ask,
+// or nothing plans the range until its next event (before, it asked
+// nothing, and the five other blocks waited LIVE).
+func TestARedeliveredMarkPlansAgain(t *testing.T) {
+	t.Parallel()
+	var failCreate atomic.Int32
+	hook := func(_ context.Context, step pipeline.Step, _ string) error {
+		if step == "planner.before-create" && failCreate.Add(-1) >= 0 {
+			return errors.New("injected: the planner's invocation fails before creating the version")
+		}
+		return nil
+	}
+	// The range, its marked block gone, is planned at once with a gap.
+	w := testworld.New(t, testworld.Options{Pipeline: localrun.Options{Hook: hook},
+		Configure: func(c *config.Config) { c.Policy.CloseDelay = time.Millisecond }})
+	ctx := context.Background()
+	blocks := halfDay(ctx, w, "acme", 5)
+	uploads := receiveBlockEvents(t, w, 6)
+	planner := pipeline.Planner{Deps: w.Pipeline.Deps}
+	g := planning.GroupKey{Stream: stream.Stream{}.ID(), Level: 1, RangeStart: day().UnixMilli()}
+	failCreate.Store(1)
+	if resp, err := planner.Handle(ctx, uploads); err != nil || len(resp.BatchItemFailures) != 6 {
+		t.Fatalf("uploads' batch: %v, %d failures; want all 6 handed back", err, len(resp.BatchItemFailures))
+	}
+
+	marked := blocks[1].Meta.ULID.String()
+	putMark(t, w, "acme", marked, blockkey.DeletionMarkFile, time.Now())
+	mark := receiveBlockEvents(t, w, 1)
+	failCreate.Store(1)
+	resp, err := planner.Handle(ctx, mark)
+	if err != nil || len(resp.BatchItemFailures) != 1 {
+		t.Fatalf("mark's first delivery: %v, failures %v; want the message handed back", err, resp.BatchItemFailures)
+	}
+	if b, _, err := w.Store.GetBlock(ctx, "acme", marked); err != nil || b.State != protocol.BlockRetiring || !b.NoCompact {
+		t.Fatalf("marked block after the first delivery: %s noCompact %v (%v); want the mark honoured, RETIRING", b.State, b.NoCompact, err)
+	}
+	if _, ok, err := w.Store.GetGroup(ctx, "acme", g); err != nil || ok {
+		t.Fatalf("the range has a group after the failed planning (%v)", err)
+	}
+
+	if resp, err := planner.Handle(ctx, mark); err != nil || len(resp.BatchItemFailures) > 0 {
+		t.Fatalf("mark's redelivery: %v, failures %v", err, resp.BatchItemFailures)
+	}
+	head, ok, err := w.Store.GetGroup(ctx, "acme", g)
+	if err != nil || !ok || head.Version != 1 || len(head.Sources) != 5 || slices.Contains(head.Sources, marked) {
+		t.Fatalf("range after the mark's redelivery: version %d %s over %v (%v, %v); want version 1 over the 5 unmarked blocks",
+			head.Version, head.State, head.Sources, ok, err)
+	}
+
+	if resp, err := planner.Handle(ctx, uploads); err != nil || len(resp.BatchItemFailures) > 0 {
+		t.Fatalf("uploads' redelivery: %v, failures %v", err, resp.BatchItemFailures)
+	}
+	deleteMessages(t, w, mark)
+	deleteMessages(t, w, uploads)
+	dropUpload(w, "acme", blocks[1])
+	settleUntil(t, w, func(ctx context.Context) (bool, error) {
+		b, _, err := w.Store.GetBlock(ctx, "acme", marked)
+		return b.State == protocol.BlockDeleted, err
+	}, "acme")
+	if head, _, err = w.Store.GetGroup(ctx, "acme", g); err != nil || head.Version != 1 || head.State != protocol.GroupRetired {
+		t.Fatalf("range after settling: version %d %s (%v); want version 1 RETIRED", head.Version, head.State, err)
+	}
+	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -44,14 +44,24 @@ import (
 // into the range as well. (Before the quarantine, such a block made the
 // planner create version after version and the sweep re-send its jobs
 // forever, and its neighbours were never compacted.)
+//
+// The retry's first planning fails: the redelivered request finds the block
+// released already and asks for its range again (before, it asked nothing
+// and the block stayed LIVE, never compacted).
 func TestCorruptSourceIsQuarantined(t *testing.T) {
 	t.Parallel()
+	var failRetryPlan atomic.Bool
 	w := testworld.New(t, testworld.Options{Configure: func(c *config.Config) {
 		c.Policy.CloseDelay = 3 * time.Second
 		c.MaxJobAttempts = 3
 		c.BucketIndex = bucketindex.Cortex // and its global markers
 		c.BucketIndexInterval = time.Hour
-	}})
+	}, Pipeline: localrun.Options{Hook: func(_ context.Context, step pipeline.Step, _ string) error {
+		if step == "planner.before-create" && failRetryPlan.CompareAndSwap(true, false) {
+			return errors.New("injected: the retry's planning fails before creating the version")
+		}
+		return nil
+	}}})
 	ctx := context.Background()
 	blocks := w.Generate(blockgen.Options{Tenant: "acme", Start: day(), Blocks: 6, Series: 40, Seed: 21, ThanosFiles: true})
 	bad := blocks[1]
@@ -104,10 +114,17 @@ func TestCorruptSourceIsQuarantined(t *testing.T) {
 	// retries: the block is read again and compacted into its range.
 	w.Upload(ctx, "acme", repaired)
 	delete(w.Damaged["acme"], badID)
+	// The re-upload's own event is handled first: in a batch with the
+	// retry, it would ask for the range's planning itself.
+	settle(t, w, "acme")
+	failRetryPlan.Store(true)
 	if _, err := cli.Retry(ctx, w.Store, w.Pipeline.Deps.Send, messages.RetryRequest{Tenant: "acme", Block: badID, Nonce: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	settle(t, w, "acme")
+	if failRetryPlan.Load() {
+		t.Error("the retry's planning never created a version, so its injected failure never happened")
+	}
 	if b := byID(w.Blocks(ctx, "acme"))[badID]; b.State != protocol.BlockDeleted {
 		t.Errorf("retried block is %s (%s), want compacted and DELETED", b.State, b.Reason)
 	}
