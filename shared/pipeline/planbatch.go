@@ -31,10 +31,12 @@ import (
 // stays what it was (every change fenced on the version it read); the
 // batch only asks fewer times. A message is deleted only when the
 // planning it asked for succeeded: a group's failure fails every message
-// that asked for it. Every redelivery asks again: an upload's (recognised
-// as registered), a plan request's, another tool's deletion mark found
-// honoured already (honourMark), a block retry found released already
-// (retry).
+// that asked for it. A redelivery asks again wherever the delivery that
+// failed may have done its work: an upload's (recognised as registered), a
+// plan request's, another tool's deletion mark found honoured already
+// (honourMark), a block retry found released already (retry). A group
+// retry's need not: its superseded version stays on the agenda until its
+// cleanup, re-plan included, is done.
 type planBatch struct {
 	groups []*batchGroup
 	byKey  map[batchGroupKey]*batchGroup
