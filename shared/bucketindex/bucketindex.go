@@ -146,13 +146,28 @@ func Build(flavour string, blocks []records.Block, now time.Time) (Index, error)
 	return idx, nil
 }
 
+// uploadedAt is when block b was complete in the bucket (ms), which
+// Cortex's and Mimir's own updaters take from meta.json's last-modified
+// time: for Sluice's own blocks, when the PUBLISH that wrote it was
+// recorded (after the PUT, so never earlier than the object); for an
+// upload, its registration, which followed its meta.json. Not the commit
+// (Arrived): an output is published after it, and a split's partitions
+// carry their source's arrival, minutes before them for a big block, which
+// would shorten the grace a querier gives store-gateways to load them.
+func uploadedAt(b records.Block) int64 {
+	if b.PublishedAt != 0 {
+		return b.PublishedAt
+	}
+	return b.Arrived
+}
+
 // entry is block b's line in the index, from its record and meta.json.
 func entry(b records.Block) (*Block, error) {
 	id, err := ulid.ParseStrict(b.ID)
 	if err != nil {
 		return nil, fmt.Errorf("bucketindex: block %s: %w", b.Key(), err)
 	}
-	e := &Block{ID: id, MinTime: b.MinT, MaxTime: b.MaxT, UploadedAt: b.Arrived / 1000}
+	e := &Block{ID: id, MinTime: b.MinT, MaxTime: b.MaxT, UploadedAt: uploadedAt(b) / 1000}
 	if meta, err := blockmeta.Parse([]byte(b.Meta), b.Key()); err == nil {
 		e.CompactionLevel = meta.Compaction.Level
 		e.OutOfOrder = strings.Contains(strings.Join(meta.Compaction.Hints, ","), outOfOrderHint)

@@ -57,7 +57,7 @@ func testBlocks() []records.Block {
 	}
 	return []records.Block{
 		{ID: "01M8KJT9G01VSTWNA0VEXBDW5Q", State: protocol.BlockLive, Published: true, MinT: 1795946400000, MaxT: 1795953600000,
-			Arrived: 1796000000123, Files: chunks(2), Meta: meta("01M8KJT9G01VSTWNA0VEXBDW5Q", 2, `{"cluster":"east","__compactor_shard_id__":"1_of_2"}`)},
+			Arrived: 1796000000123, PublishedAt: 1796000002456, Files: chunks(2), Meta: meta("01M8KJT9G01VSTWNA0VEXBDW5Q", 2, `{"cluster":"east","__compactor_shard_id__":"1_of_2"}`)},
 		{ID: "01M8JGFN80AXYXBMJ0P3BE84BB", State: protocol.BlockRetiring, MetaVersionID: "vm", MarkVersionID: "vd", MarkedAt: 1796001000999,
 			MinT: 1795910400000, MaxT: 1795917600000, Arrived: 1795990000000, Files: chunks(1), Meta: meta("01M8JGFN80AXYXBMJ0P3BE84BB", 1, `{}`)},
 		{ID: "01M8K52V00H9HD38D9TBDS6ATA", State: protocol.BlockLive, Published: false, MinT: 1, MaxT: 2, Meta: "{}"},
@@ -70,7 +70,8 @@ func testBlocks() []records.Block {
 // TestIndexMatchesTheGolden: the index of testBlocks is, byte for byte,
 // testdata/mimir.golden.json (written by hand from Mimir's struct tags and
 // their updater's rules: complete blocks only, deletion marks beside,
-// times in seconds), its gzip header names bucket-index.json, and it
+// times in seconds, uploaded_at the publication's, not the commit's), its
+// gzip header names bucket-index.json, and it
 // decodes into Mimir's shape with nothing left over.
 func TestIndexMatchesTheGolden(t *testing.T) {
 	idx, err := Build(Mimir, testBlocks(), time.Unix(1796002000, 0))

@@ -331,11 +331,11 @@ func (st *Store) Discard(ctx context.Context, b Block, now time.Time) (int64, er
 }
 
 // MarkPublished records that the uploader wrote meta.json version vid for
-// the block at gen (LIVE, same gen).
+// the block at gen (LIVE, same gen), and when (publishedAt).
 func (st *Store) MarkPublished(ctx context.Context, tenant, id string, gen int64, vid string, now time.Time) error {
 	b := Block{Tenant: tenant, ID: id, Gen: gen}
 	return st.writeBlock(ctx, "published "+b.Key(), protocol.MarkPublished, b, expect{}, now,
-		"published = :t, metaVid = :vid, updatedAt = :now", "", map[string]types.AttributeValue{
+		"published = :t, metaVid = :vid, publishedAt = :now, updatedAt = :now", "", map[string]types.AttributeValue{
 			":t": &types.AttributeValueMemberBOOL{Value: true}, ":vid": s(vid), ":now": n(now.UnixMilli()),
 		})
 }

@@ -99,9 +99,18 @@ type Block struct {
 	// while none is. Retention never deletes a block that is due a
 	// downsample and lacks it (protocol.ExpireDownsampled).
 	Downsampled int64 `dynamodbav:"downsampled,omitempty"`
-	// Arrived is when the block was registered or committed (ms).
-	Arrived   int64 `dynamodbav:"arrived"`
-	UpdatedAt int64 `dynamodbav:"updatedAt"`
+	// Arrived is when the block was registered or committed (ms); a
+	// split's partitions carry their source's (a range's readiness counts
+	// arrivals).
+	Arrived int64 `dynamodbav:"arrived"`
+	// PublishedAt is when the uploader recorded the meta.json it wrote for
+	// one of Sluice's own blocks (ms; 0 for an upload, whose meta.json came
+	// before its registration). The bucket index's uploaded_at is taken
+	// from it: Cortex and Mimir read that as when the block was complete in
+	// the bucket, and their queriers give store-gateways a grace from it
+	// to load the block before a query that misses it fails.
+	PublishedAt int64 `dynamodbav:"publishedAt,omitempty"`
+	UpdatedAt   int64 `dynamodbav:"updatedAt"`
 }
 
 // Key is the block's key in the bucket: <tenant>/<ULID>.

@@ -83,7 +83,16 @@ func indexed(idx bucketindex.Index) []string {
 func TestBucketIndexFollowsTheRecords(t *testing.T) {
 	t.Parallel()
 	steps := &testworld.Steps{}
-	w := testworld.New(t, testworld.Options{Pipeline: localrun.Options{Hook: steps.Hook}, Configure: func(c *config.Config) {
+	// Each PUBLISH starts more than a second after its output's commit: an
+	// index that took the commit's time for uploaded_at would date the
+	// output before its meta.json.
+	hook := func(ctx context.Context, s pipeline.Step, subject string) error {
+		if s == "uploader.before-publish" {
+			time.Sleep(1100 * time.Millisecond)
+		}
+		return steps.Hook(ctx, s, subject)
+	}
+	w := testworld.New(t, testworld.Options{Pipeline: localrun.Options{Hook: hook}, Configure: func(c *config.Config) {
 		c.BucketIndex = bucketindex.Mimir
 		c.BucketIndexInterval = 5 * time.Second
 	}})
@@ -138,6 +147,17 @@ func TestBucketIndexFollowsTheRecords(t *testing.T) {
 		b := all[e.ID.String()]
 		if e.MinTime != b.MinT || e.MaxTime != b.MaxT || e.UploadedAt == 0 || e.SegmentsFormat != bucketindex.SegmentsFormat1Based6Digits {
 			t.Errorf("index entry %+v does not describe block %s [%d, %d)", *e, b.ID, b.MinT, b.MaxT)
+		}
+		// Cortex's and Mimir's updaters take uploaded_at from meta.json's
+		// last-modified time, and their queriers give store-gateways a
+		// grace from it to load the block: Sluice's may not be earlier.
+		meta, err := w.Env.Clients.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(w.Config.Bucket),
+			Key: aws.String(w.Config.Layout.TenantPrefix(b.Tenant) + b.ID + "/meta.json"), VersionId: aws.String(b.MetaVersionID)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if written := aws.ToTime(meta.LastModified).Unix(); e.UploadedAt < written {
+			t.Errorf("index dates block %s uploaded at %d, before its meta.json was written (%d)", b.ID, e.UploadedAt, written)
 		}
 	}
 	// Every retired source got its global marker beside its own mark
