@@ -75,6 +75,11 @@ explore-mutants:
 thanos-check:
 	bash scripts/thanos-check.sh
 
+## cortex-check: Cortex's own bucket-index reader and updater over Sluice's index (CORTEX_SRC=checkout; docs/protocol.md)
+.PHONY: cortex-check
+cortex-check:
+	bash scripts/cortex-check.sh
+
 ## mutants: remove one guard at a time (tests/mutants/mutations.go) and print which fast-tier tests kill each: the kill table of docs/proofs.md
 .PHONY: mutants
 MUTANTS_FLAGS ?=

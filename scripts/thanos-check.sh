@@ -30,20 +30,8 @@ if [ -z "$thanos" ]; then
 fi
 "$thanos" --version 2>&1 | head -1
 
-echo "== building sluice"
-mkdir -p bin && CGO_ENABLED=0 go build -trimpath -o bin/ ./cmd/... ./localstack/cmd/...
-
-export SLUICE_EMULATOR_PORT=$port
-export AWS_ENDPOINT_URL=http://127.0.0.1:$port AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test
-work=$(mktemp -d "${TMPDIR:-/tmp}/sluice-thanos-XXXXXX")
-started=0
-cleanup() {
-  if [ $started = 1 ]; then bash localstack/stop.sh || true; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-if ! bash localstack/start.sh --check >/dev/null 2>&1; then started=1; fi
-bash localstack/start.sh
+source scripts/own-emulator.sh
+own_emulator "$port" thanos
 
 echo "== two Prometheus servers, two replicas each (12 × 2h blocks per replica)"
 bin/sluice gen "$work/east" --blocks 12 --rf 2 --series 200 --tenant east --label cluster=east --replica-label replica >/dev/null

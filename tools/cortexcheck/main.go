@@ -1,0 +1,147 @@
+//go:build ignore
+
+// Cortexcheck holds Sluice's bucket index up to Cortex's own code: for
+// each tenant it reads <tenant>/bucket-index.json.gz with Cortex's
+// bucketindex.ReadIndex, as a Cortex querier or store-gateway does, builds
+// the index Cortex's own compactor would write from a listing of the same
+// bucket (bucketindex.Updater), and compares the two: the same blocks with
+// the same ranges and segments, the same deletion marks, and no time of
+// Sluice's earlier than Cortex's (an earlier uploaded_at would shorten the
+// grace queriers give store-gateways; an earlier deletion_time would drop a
+// block from queries sooner). It exits 1 on any difference.
+//
+// It imports Cortex, whose packages build only with Cortex's own replace
+// directives (docs/protocol.md), so unlike tools/thanoscheck it cannot be
+// a module of its own: the build tag keeps it out of Sluice's module, and
+// make cortex-check (scripts/cortex-check.sh) copies it into a Cortex
+// checkout and builds it there, from the checkout's vendor/.
+//
+//	cortexcheck ENDPOINT BUCKET TENANT...
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+
+	"github.com/go-kit/log"
+	"github.com/thanos-io/objstore/providers/s3"
+
+	"github.com/cortexproject/cortex/pkg/storage/tsdb/bucketindex"
+)
+
+// noSSE: the emulator's bucket has no per-tenant encryption.
+type noSSE struct{}
+
+func (noSSE) S3SSEType(string) string                 { return "" }
+func (noSSE) S3SSEKMSKeyID(string) string             { return "" }
+func (noSSE) S3SSEKMSEncryptionContext(string) string { return "" }
+
+func main() {
+	if len(os.Args) < 4 {
+		fmt.Fprintln(os.Stderr, "usage: cortexcheck ENDPOINT BUCKET TENANT...")
+		os.Exit(2)
+	}
+	logger := log.NewNopLogger()
+	bkt, err := s3.NewBucketWithConfig(logger, s3.Config{
+		Bucket: os.Args[2], Endpoint: os.Args[1], Insecure: true, Region: "us-east-1",
+		AccessKey: "test", SecretKey: "test", BucketLookupType: s3.PathLookup, PartSize: 64 << 20,
+	}, "cortexcheck", nil)
+	if err != nil {
+		fail("bucket %s at %s: %v", os.Args[2], os.Args[1], err)
+	}
+	differences := 0
+	for _, tenant := range os.Args[3:] {
+		differences += check(context.Background(), bkt, tenant, logger)
+	}
+	if differences > 0 {
+		fail("%d difference(s) between Sluice's index and Cortex's", differences)
+	}
+	fmt.Println("cortexcheck: every index reads with Cortex's reader and lists what Cortex's updater lists")
+}
+
+func check(ctx context.Context, bkt *s3.Bucket, tenant string, logger log.Logger) int {
+	got, err := bucketindex.ReadIndex(ctx, bkt, tenant, noSSE{}, logger)
+	if err != nil {
+		fmt.Printf("%s: Cortex's ReadIndex refuses Sluice's index: %v\n", tenant, err)
+		return 1
+	}
+	want, partials, _, err := bucketindex.NewUpdater(bkt, tenant, noSSE{}, logger).UpdateIndex(ctx, nil)
+	if err != nil {
+		fail("%s: Cortex's updater: %v", tenant, err)
+	}
+	fmt.Printf("%s: Sluice's index (version %d): %d blocks, %d deletion marks; Cortex's updater: %d blocks, %d deletion marks, %d partial\n",
+		tenant, got.Version, len(got.Blocks), len(got.BlockDeletionMarks), len(want.Blocks), len(want.BlockDeletionMarks), len(partials))
+	differences := 0
+	blockID := func(b *bucketindex.Block) string { return b.ID.String() }
+	gotBlocks, wantBlocks := byID(got.Blocks, blockID), byID(want.Blocks, blockID)
+	var lateUpload, lateMark int64
+	for _, id := range union(gotBlocks, wantBlocks) {
+		g, w := gotBlocks[id], wantBlocks[id]
+		switch {
+		case g == nil:
+			fmt.Printf("  block %s [%d, %d): only in Cortex's\n", id, w.MinTime, w.MaxTime)
+			differences++
+		case w == nil:
+			fmt.Printf("  block %s [%d, %d): only in Sluice's\n", id, g.MinTime, g.MaxTime)
+			differences++
+		case g.MinTime != w.MinTime || g.MaxTime != w.MaxTime || g.SegmentsFormat != w.SegmentsFormat || g.SegmentsNum != w.SegmentsNum:
+			fmt.Printf("  block %s: Sluice's [%d, %d) %q × %d, Cortex's [%d, %d) %q × %d\n", id,
+				g.MinTime, g.MaxTime, g.SegmentsFormat, g.SegmentsNum, w.MinTime, w.MaxTime, w.SegmentsFormat, w.SegmentsNum)
+			differences++
+		case g.UploadedAt < w.UploadedAt:
+			fmt.Printf("  block %s: Sluice's uploaded_at %d is before its meta.json was written (%d)\n", id, g.UploadedAt, w.UploadedAt)
+			differences++
+		default:
+			lateUpload = max(lateUpload, g.UploadedAt-w.UploadedAt)
+		}
+	}
+	markID := func(m *bucketindex.BlockDeletionMark) string { return m.ID.String() }
+	gotMarks, wantMarks := byID(got.BlockDeletionMarks, markID), byID(want.BlockDeletionMarks, markID)
+	for _, id := range union(gotMarks, wantMarks) {
+		g, w := gotMarks[id], wantMarks[id]
+		switch {
+		case g == nil:
+			fmt.Printf("  deletion mark of %s: only in Cortex's\n", id)
+			differences++
+		case w == nil:
+			fmt.Printf("  deletion mark of %s: only in Sluice's\n", id)
+			differences++
+		case g.DeletionTime < w.DeletionTime:
+			fmt.Printf("  deletion mark of %s: Sluice's deletion_time %d is before the mark's own (%d)\n", id, g.DeletionTime, w.DeletionTime)
+			differences++
+		default:
+			lateMark = max(lateMark, g.DeletionTime-w.DeletionTime)
+		}
+	}
+	fmt.Printf("  Sluice's times are at most %d s (uploaded_at) and %d s (deletion_time) after Cortex's\n", lateUpload, lateMark)
+	return differences
+}
+
+func byID[T any](xs []T, id func(T) string) map[string]T {
+	out := make(map[string]T, len(xs))
+	for _, x := range xs {
+		out[id(x)] = x
+	}
+	return out
+}
+
+func union[T any](a, b map[string]T) []string {
+	var out []string
+	for k := range a {
+		out = append(out, k)
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func fail(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "cortexcheck: "+format+"\n", args...)
+	os.Exit(1)
+}
