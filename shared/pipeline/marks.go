@@ -88,16 +88,19 @@ func (p Planner) honourMark(ctx context.Context, k blockkey.Key, b records.Block
 	case protocol.BlockLive, protocol.BlockClaimed:
 	case protocol.BlockPending:
 		return false, fmt.Errorf("mark %s: %w", k, errMarkNotYet)
-	case protocol.BlockRetiring:
+	case protocol.BlockRetiring, protocol.BlockDeleted:
 		if deletion && b.NoCompact && b.MarkVersionID != "" {
 			// Another tool's deletion mark, honoured by an earlier
 			// delivery whose planning may have failed (the batch handed
 			// this message back for it): ask for it again, or nothing
-			// plans the range until its next event. Sluice's own mark
-			// (a retired source's, an expired block's) passes here only
-			// for a block another tool marked no-compact before retention
-			// expired it, and then costs one planning that finds nothing.
-			log.DebugContext(ctx, "deletion mark honoured already; its range is planned again")
+			// plans the range until its next event. The block may be
+			// deleted by now (a mark older than the deletion delay is due
+			// at once, and the sweep's deletion plans nothing). Sluice's
+			// own mark passes here only for a block another tool marked
+			// no-compact, which Sluice then retired (retention, or a
+			// version that took it before the no-compact mark came), and
+			// costs one planning that finds nothing.
+			log.DebugContext(ctx, "deletion mark honoured already; its range is planned again", "state", b.State)
 			return false, p.planFor(ctx, b, ask)
 		}
 		log.DebugContext(ctx, "mark of a block that is leaving already; nothing to do", "state", b.State)

@@ -186,9 +186,29 @@ func deleteMessages(t *testing.T, w *testworld.World, ev events.SQSEvent) {
 // and asks for the range, whose planning fails: SQS hands the message
 // back. The redelivery finds the mark honoured already; it must still ask,
 // or nothing plans the range until its next event (before, it asked
-// nothing, and the five other blocks waited LIVE).
+// nothing, and the five other blocks waited LIVE). So too when the block
+// is deleted before the redelivery: a mark older than the deletion delay
+// is due at once, and the sweep's deletion plans nothing.
 func TestARedeliveredMarkPlansAgain(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// markAge: how old the other tool's mark is when it lands.
+		markAge time.Duration
+		// swept: the sweep deletes the block between the two deliveries.
+		swept bool
+	}{
+		{name: "retiring"},
+		{name: "deleted before its redelivery", markAge: time.Hour, swept: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			redeliveredMarkPlansAgain(t, tc.markAge, tc.swept)
+		})
+	}
+}
+
+func redeliveredMarkPlansAgain(t *testing.T, markAge time.Duration, swept bool) {
 	var failCreate atomic.Int32
 	hook := func(_ context.Context, step pipeline.Step, _ string) error {
 		if step == "planner.before-create" && failCreate.Add(-1) >= 0 {
@@ -210,7 +230,7 @@ func TestARedeliveredMarkPlansAgain(t *testing.T) {
 	}
 
 	marked := blocks[1].Meta.ULID.String()
-	putMark(t, w, "acme", marked, blockkey.DeletionMarkFile, time.Now())
+	putMark(t, w, "acme", marked, blockkey.DeletionMarkFile, time.Now().Add(-markAge))
 	mark := receiveBlockEvents(t, w, 1)
 	failCreate.Store(1)
 	resp, err := planner.Handle(ctx, mark)
@@ -222,6 +242,17 @@ func TestARedeliveredMarkPlansAgain(t *testing.T) {
 	}
 	if _, ok, err := w.Store.GetGroup(ctx, "acme", g); err != nil || ok {
 		t.Fatalf("the range has a group after the failed planning (%v)", err)
+	}
+	if swept {
+		if err := (pipeline.Cleaner{Deps: w.Pipeline.Deps}).Sweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if b, _, err := w.Store.GetBlock(ctx, "acme", marked); err != nil || b.State != protocol.BlockDeleted {
+			t.Fatalf("marked block after the sweep: %s (%v); want DELETED, its mark older than the deletion delay", b.State, err)
+		}
+		if _, ok, err := w.Store.GetGroup(ctx, "acme", g); err != nil || ok {
+			t.Fatalf("the sweep planned the range (%v); this case wants only the redelivery to", err)
+		}
 	}
 
 	if resp, err := planner.Handle(ctx, mark); err != nil || len(resp.BatchItemFailures) > 0 {
