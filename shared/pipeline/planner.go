@@ -355,14 +355,7 @@ func (p Planner) retry(ctx context.Context, req messages.RetryRequest, ask planA
 	if err != nil {
 		return err
 	}
-	if ok && b.State == protocol.BlockLive {
-		// Released by an earlier delivery whose planning may have failed
-		// (the batch handed this message back for it): ask for it again,
-		// or nothing plans the block's range until its next event.
-		log.InfoContext(ctx, "retry of a block that is live (released already); its range is planned again", "gen", b.Gen)
-		return p.planFor(ctx, b, ask)
-	}
-	if !ok || b.State != protocol.BlockQuarantined {
+	if !ok || (b.State != protocol.BlockQuarantined && b.State != protocol.BlockLive) {
 		log.WarnContext(ctx, "retry of a block that is not quarantined; nothing to do", "state", b.State)
 		return nil
 	}
@@ -373,6 +366,15 @@ func (p Planner) retry(ctx context.Context, req messages.RetryRequest, ask planA
 	k, err := p.Config.Layout.Block(b.Tenant, id)
 	if err != nil {
 		return err
+	}
+	if b.State == protocol.BlockLive {
+		// Released by an earlier delivery, which may have died before
+		// sending what follows the release, or whose planning failed
+		// (the batch handed this message back for it): send it all
+		// again, or the replaced versions stay in the bucket and nothing
+		// plans the block's range until its next event.
+		log.InfoContext(ctx, "retry of a block that is live (released already); what follows the release is sent again", "gen", b.Gen)
+		return p.afterRelease(ctx, k, b, ask)
 	}
 	body, vid, err := p.getObject(ctx, k.Object(blockkey.MetaFile), "")
 	if err != nil {
@@ -392,6 +394,14 @@ func (p Planner) retry(ctx context.Context, req messages.RetryRequest, ask planA
 	old := b
 	b.Files, b.Meta, b.MetaVersionID = fresh.Files, fresh.Meta, fresh.MetaVersionID
 	b.Series, b.Samples, b.IndexBytes = fresh.Series, fresh.Samples, fresh.IndexBytes
+	// The versions the re-upload replaced are kept with the record, as a
+	// registration keeps those it finds superseded: a redelivery sends
+	// their deletion again.
+	for _, v := range old.AllVersions() {
+		if v.RelPath != blockkey.NoCompactMarkFile && !b.Names(v.RelPath, v.VersionID) && !slices.Contains(b.Superseded, v) {
+			b.Superseded = append(b.Superseded, v)
+		}
+	}
 	gen, err := p.records().ReleaseBlock(ctx, b, p.now())
 	if err != nil {
 		if records.IsConditionLost(err) {
@@ -400,17 +410,22 @@ func (p Planner) retry(ctx context.Context, req messages.RetryRequest, ask planA
 		return err
 	}
 	b.Gen, b.State = gen, protocol.BlockLive
-	log.InfoContext(ctx, "quarantined block released", "gen", gen)
-	if err := p.Send.Op(ctx, messages.BlockOp{Op: messages.OpUnmarkNoCompact, Tenant: b.Tenant, Block: b.ID, Gen: gen}); err != nil {
+	log.InfoContext(ctx, "quarantined block released", "gen", gen, "replacedVersions", len(b.Superseded))
+	if err := p.step(ctx, "planner.after-release", b.Key()); err != nil {
 		return err
 	}
-	var gone []records.ObjectVersion
-	for _, v := range old.AllVersions() {
-		if v.RelPath != blockkey.NoCompactMarkFile && !b.Names(v.RelPath, v.VersionID) {
-			gone = append(gone, v)
-		}
+	return p.afterRelease(ctx, k, b, ask)
+}
+
+// afterRelease sends what follows the release of quarantined block b: the
+// removal of Sluice's no-compact mark, the deletion of the versions its
+// re-upload replaced, and the planning of its range. A redelivered retry
+// sends it all again.
+func (p Planner) afterRelease(ctx context.Context, k blockkey.Key, b records.Block, ask planAsks) error {
+	if err := p.Send.Op(ctx, messages.BlockOp{Op: messages.OpUnmarkNoCompact, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen}); err != nil {
+		return err
 	}
-	if err := p.sendStray(ctx, k, b, gone); err != nil {
+	if err := p.sendSuperseded(ctx, k, b); err != nil {
 		return err
 	}
 	return p.planFor(ctx, b, ask)
@@ -490,12 +505,13 @@ func (p Planner) getRange(ctx context.Context, key, vid, rng string) ([]byte, er
 }
 
 // sendSuperseded sends the deletion of the versions registration found
-// superseded (none on the happy path: nothing is sent).
+// superseded, or a release found replaced (none on the happy path:
+// nothing is sent).
 func (p Planner) sendSuperseded(ctx context.Context, k blockkey.Key, b records.Block) error {
 	if len(b.Superseded) == 0 {
 		return nil
 	}
-	p.Logger.WarnContext(ctx, "block was uploaded more than once before registration; deleting the versions not recorded",
+	p.Logger.WarnContext(ctx, "deleting versions of the block that its record does not name (uploaded more than once before registration, or replaced by a re-upload before `sluice retry`)",
 		logattr.Block(k.Tenant, b.ID), "versions", len(b.Superseded))
 	return p.sendStray(ctx, k, b, b.Superseded)
 }

@@ -143,7 +143,10 @@ func (st *Store) ReleaseGroup(ctx context.Context, g Group, now time.Time) error
 // in the bucket now (re-read: an operator may have re-uploaded fixed
 // files under the same ULID): its meta.json, files and their versions
 // (its time range and stream are the caller's to keep as they were: the
-// range memberships depend on them).
+// range memberships depend on them), and b.Superseded, the versions the
+// re-upload replaced, for a redelivered retry to delete again. Its
+// publishedAt becomes now: the bucket index never dates the block before
+// a meta.json re-uploaded under it.
 // It returns the new gen, which the ops deleting Sluice's no-compact mark
 // and the versions the record no longer names carry.
 func (st *Store) ReleaseBlock(ctx context.Context, b Block, now time.Time) (int64, error) {
@@ -155,13 +158,21 @@ func (st *Store) ReleaseBlock(ctx context.Context, b Block, now time.Time) (int6
 	if err != nil {
 		return 0, err
 	}
-	bg, bit, err := blockWrite(protocol.ReleaseBlock, b, expect{}, now,
-		"files = :files, meta = :meta, metaParts = :parts, metaVid = :mvid, "+
-			"series = :series, samples = :samples, indexBytes = :ib, updatedAt = :now", "reason",
-		map[string]types.AttributeValue{
-			":now": n(now.UnixMilli()), ":files": files, ":meta": s(b.Meta), ":parts": n(int64(b.MetaParts)), ":mvid": s(b.MetaVersionID),
-			":series": n(int64(b.Series)), ":samples": n(int64(b.Samples)), ":ib": n(int64(b.IndexBytes)),
-		})
+	set := "files = :files, meta = :meta, metaParts = :parts, metaVid = :mvid, " +
+		"series = :series, samples = :samples, indexBytes = :ib, publishedAt = :now, updatedAt = :now"
+	vals := map[string]types.AttributeValue{
+		":now": n(now.UnixMilli()), ":files": files, ":meta": s(b.Meta), ":parts": n(int64(b.MetaParts)), ":mvid": s(b.MetaVersionID),
+		":series": n(int64(b.Series)), ":samples": n(int64(b.Samples)), ":ib": n(int64(b.IndexBytes)),
+	}
+	if len(b.Superseded) > 0 {
+		sup, err := attributevalue.Marshal(b.Superseded)
+		if err != nil {
+			return 0, fmt.Errorf("release %s: %w", b.Key(), err)
+		}
+		set += ", superseded = :sup"
+		vals[":sup"] = sup
+	}
+	bg, bit, err := blockWrite(protocol.ReleaseBlock, b, expect{}, now, set, "reason", vals)
 	if err != nil {
 		return 0, err
 	}

@@ -47,9 +47,11 @@ type Block struct {
 	Files []ObjectVersion `dynamodbav:"files"`
 	// Superseded are versions of an upload's files that the record does
 	// not name, found at registration (the block was uploaded more than
-	// once before its first notification was handled). They are deleted by
-	// a DELETE_STRAY op, sent again on every duplicate notification, so a
-	// registration that dies before sending it loses nothing.
+	// once before its first notification was handled) or replaced when
+	// `sluice retry` released it after a re-upload. They are deleted by a
+	// DELETE_STRAY op, sent again on every duplicate notification and
+	// every redelivered retry, so a registration or a release that dies
+	// before sending it loses nothing.
 	Superseded []ObjectVersion `dynamodbav:"superseded,omitempty"`
 	// Meta is the meta.json body: read at registration for uploads, the
 	// body the uploader publishes for outputs.
@@ -104,8 +106,9 @@ type Block struct {
 	// arrivals).
 	Arrived int64 `dynamodbav:"arrived"`
 	// PublishedAt is when the uploader recorded the meta.json it wrote for
-	// one of Sluice's own blocks (ms; 0 for an upload, whose meta.json came
-	// before its registration). The bucket index's uploaded_at is taken
+	// one of Sluice's own blocks, or when `sluice retry` released a block
+	// with the meta.json it found then (ms; 0 for an upload, whose
+	// meta.json came before its registration). The bucket index's uploaded_at is taken
 	// from it: Cortex and Mimir read that as when the block was complete in
 	// the bucket, and their queriers give store-gateways a grace from it
 	// to load the block before a query that misses it fails.

@@ -45,19 +45,27 @@ import (
 // planner create version after version and the sweep re-send its jobs
 // forever, and its neighbours were never compacted.)
 //
-// The retry's first planning fails: the redelivered request finds the block
-// released already and asks for its range again (before, it asked nothing
-// and the block stayed LIVE, never compacted).
+// The retry's first delivery dies right after the release, and the
+// second's planning fails: each redelivered request finds the block
+// released already and sends what follows the release again — the
+// deletion of the versions the re-upload replaced (before, nothing sent
+// it again and they stayed in the bucket) and the planning of its range
+// (before, nothing asked, and the block stayed LIVE, never compacted).
 func TestCorruptSourceIsQuarantined(t *testing.T) {
 	t.Parallel()
-	var failRetryPlan atomic.Bool
+	var failRelease, failRetryPlan atomic.Bool
+	var retryGroup atomic.Pointer[string]
 	w := testworld.New(t, testworld.Options{Configure: func(c *config.Config) {
 		c.Policy.CloseDelay = 3 * time.Second
 		c.MaxJobAttempts = 3
 		c.BucketIndex = bucketindex.Cortex // and its global markers
 		c.BucketIndexInterval = time.Hour
-	}, Pipeline: localrun.Options{Hook: func(_ context.Context, step pipeline.Step, _ string) error {
-		if step == "planner.before-create" && failRetryPlan.CompareAndSwap(true, false) {
+	}, Pipeline: localrun.Options{Hook: func(_ context.Context, step pipeline.Step, subject string) error {
+		switch {
+		case step == "planner.after-release" && failRelease.CompareAndSwap(true, false):
+			return errors.New("injected: the retry dies right after releasing the block")
+		case step == "planner.before-create" && retryGroup.Load() != nil && strings.HasPrefix(subject, *retryGroup.Load()) &&
+			failRetryPlan.CompareAndSwap(true, false):
 			return errors.New("injected: the retry's planning fails before creating the version")
 		}
 		return nil
@@ -117,13 +125,16 @@ func TestCorruptSourceIsQuarantined(t *testing.T) {
 	// The re-upload's own event is handled first: in a batch with the
 	// retry, it would ask for the range's planning itself.
 	settle(t, w, "acme")
+	range_ := "acme/" + g.String() + "@"
+	retryGroup.Store(&range_)
+	failRelease.Store(true)
 	failRetryPlan.Store(true)
 	if _, err := cli.Retry(ctx, w.Store, w.Pipeline.Deps.Send, messages.RetryRequest{Tenant: "acme", Block: badID, Nonce: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	settle(t, w, "acme")
-	if failRetryPlan.Load() {
-		t.Error("the retry's planning never created a version, so its injected failure never happened")
+	if failRelease.Load() || failRetryPlan.Load() {
+		t.Errorf("injected failures left unused: after the release %v, the range's planning %v", failRelease.Load(), failRetryPlan.Load())
 	}
 	if b := byID(w.Blocks(ctx, "acme"))[badID]; b.State != protocol.BlockDeleted {
 		t.Errorf("retried block is %s (%s), want compacted and DELETED", b.State, b.Reason)
