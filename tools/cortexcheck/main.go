@@ -5,10 +5,15 @@
 // bucketindex.ReadIndex, as a Cortex querier or store-gateway does, builds
 // the index Cortex's own compactor would write from a listing of the same
 // bucket (bucketindex.Updater), and compares the two: the same blocks with
-// the same ranges and segments, the same deletion marks, and no time of
-// Sluice's earlier than Cortex's (an earlier uploaded_at would shorten the
+// the same ranges and segments, the same deletion marks, and Sluice's
+// times no earlier than Cortex's (an earlier uploaded_at would shorten the
 // grace queriers give store-gateways; an earlier deletion_time would drop a
-// block from queries sooner). It exits 1 on any difference.
+// block from queries sooner) nor later by more than -max-late (a later
+// uploaded_at would let a querier miss a block unnoticed for longer). It
+// also wants each index written within the last hour (Cortex's and
+// Mimir's queriers refuse an older one), at least one block, no partial
+// block (the bucket is idle), and deletion marks as -marks says. It exits
+// 1 on any difference.
 //
 // It imports Cortex, whose packages build only with Cortex's own replace
 // directives (docs/protocol.md), so unlike tools/thanoscheck it cannot be
@@ -16,14 +21,16 @@
 // make cortex-check (scripts/cortex-check.sh) copies it into a Cortex
 // checkout and builds it there, from the checkout's vendor/.
 //
-//	cortexcheck ENDPOINT BUCKET TENANT...
+//	cortexcheck [-marks some|none] [-max-late 1m] ENDPOINT BUCKET TENANT...
 package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"sort"
+	"time"
 
 	"github.com/go-kit/log"
 	"github.com/thanos-io/objstore/providers/s3"
@@ -38,22 +45,34 @@ func (noSSE) S3SSEType(string) string                 { return "" }
 func (noSSE) S3SSEKMSKeyID(string) string             { return "" }
 func (noSSE) S3SSEKMSEncryptionContext(string) string { return "" }
 
+// expect is what the index of an idle bucket must show besides what
+// Cortex's updater finds.
+type expect struct {
+	marks   string        // "some" or "none" deletion marks
+	maxLate time.Duration // how much later than Cortex's Sluice's times may be
+}
+
 func main() {
-	if len(os.Args) < 4 {
-		fmt.Fprintln(os.Stderr, "usage: cortexcheck ENDPOINT BUCKET TENANT...")
+	var want expect
+	flag.StringVar(&want.marks, "marks", "some", `deletion marks each index must list: "some" or "none"`)
+	flag.DurationVar(&want.maxLate, "max-late", time.Minute, "how much later than Cortex's Sluice's uploaded_at and deletion_time may be")
+	flag.Parse()
+	args := flag.Args()
+	if len(args) < 3 || (want.marks != "some" && want.marks != "none") {
+		fmt.Fprintln(os.Stderr, "usage: cortexcheck [-marks some|none] [-max-late 1m] ENDPOINT BUCKET TENANT...")
 		os.Exit(2)
 	}
 	logger := log.NewNopLogger()
 	bkt, err := s3.NewBucketWithConfig(logger, s3.Config{
-		Bucket: os.Args[2], Endpoint: os.Args[1], Insecure: true, Region: "us-east-1",
+		Bucket: args[1], Endpoint: args[0], Insecure: true, Region: "us-east-1",
 		AccessKey: "test", SecretKey: "test", BucketLookupType: s3.PathLookup, PartSize: 64 << 20,
 	}, "cortexcheck", nil)
 	if err != nil {
-		fail("bucket %s at %s: %v", os.Args[2], os.Args[1], err)
+		fail("bucket %s at %s: %v", args[1], args[0], err)
 	}
 	differences := 0
-	for _, tenant := range os.Args[3:] {
-		differences += check(context.Background(), bkt, tenant, logger)
+	for _, tenant := range args[2:] {
+		differences += check(context.Background(), bkt, tenant, want, logger)
 	}
 	if differences > 0 {
 		fail("%d difference(s) between Sluice's index and Cortex's", differences)
@@ -61,21 +80,38 @@ func main() {
 	fmt.Println("cortexcheck: every index reads with Cortex's reader and lists what Cortex's updater lists")
 }
 
-func check(ctx context.Context, bkt *s3.Bucket, tenant string, logger log.Logger) int {
+func check(ctx context.Context, bkt *s3.Bucket, tenant string, want expect, logger log.Logger) int {
 	got, err := bucketindex.ReadIndex(ctx, bkt, tenant, noSSE{}, logger)
 	if err != nil {
 		fmt.Printf("%s: Cortex's ReadIndex refuses Sluice's index: %v\n", tenant, err)
 		return 1
 	}
-	want, partials, _, err := bucketindex.NewUpdater(bkt, tenant, noSSE{}, logger).UpdateIndex(ctx, nil)
+	cortex, partials, _, err := bucketindex.NewUpdater(bkt, tenant, noSSE{}, logger).UpdateIndex(ctx, nil)
 	if err != nil {
 		fail("%s: Cortex's updater: %v", tenant, err)
 	}
 	fmt.Printf("%s: Sluice's index (version %d): %d blocks, %d deletion marks; Cortex's updater: %d blocks, %d deletion marks, %d partial\n",
-		tenant, got.Version, len(got.Blocks), len(got.BlockDeletionMarks), len(want.Blocks), len(want.BlockDeletionMarks), len(partials))
+		tenant, got.Version, len(got.Blocks), len(got.BlockDeletionMarks), len(cortex.Blocks), len(cortex.BlockDeletionMarks), len(partials))
 	differences := 0
+	if age := time.Since(got.GetUpdatedAt()); age > time.Hour || age < -time.Minute {
+		fmt.Printf("  updated_at %s is %s old: a querier refuses an index older than an hour\n", got.GetUpdatedAt().UTC(), age.Round(time.Second))
+		differences++
+	}
+	for id, err := range partials {
+		fmt.Printf("  block %s is partial to Cortex in an idle bucket: %v\n", id, err)
+		differences++
+	}
+	if len(got.Blocks) == 0 {
+		fmt.Println("  the index lists no block")
+		differences++
+	}
+	if marks := len(got.BlockDeletionMarks); (want.marks == "some") != (marks > 0) {
+		fmt.Printf("  the index lists %d deletion marks; want %s\n", marks, want.marks)
+		differences++
+	}
+	late := int64(want.maxLate / time.Second)
 	blockID := func(b *bucketindex.Block) string { return b.ID.String() }
-	gotBlocks, wantBlocks := byID(got.Blocks, blockID), byID(want.Blocks, blockID)
+	gotBlocks, wantBlocks := byID(got.Blocks, blockID), byID(cortex.Blocks, blockID)
 	var lateUpload, lateMark int64
 	for _, id := range union(gotBlocks, wantBlocks) {
 		g, w := gotBlocks[id], wantBlocks[id]
@@ -93,12 +129,15 @@ func check(ctx context.Context, bkt *s3.Bucket, tenant string, logger log.Logger
 		case g.UploadedAt < w.UploadedAt:
 			fmt.Printf("  block %s: Sluice's uploaded_at %d is before its meta.json was written (%d)\n", id, g.UploadedAt, w.UploadedAt)
 			differences++
+		case g.UploadedAt > w.UploadedAt+late:
+			fmt.Printf("  block %s: Sluice's uploaded_at %d is more than %s after its meta.json was written (%d)\n", id, g.UploadedAt, want.maxLate, w.UploadedAt)
+			differences++
 		default:
 			lateUpload = max(lateUpload, g.UploadedAt-w.UploadedAt)
 		}
 	}
 	markID := func(m *bucketindex.BlockDeletionMark) string { return m.ID.String() }
-	gotMarks, wantMarks := byID(got.BlockDeletionMarks, markID), byID(want.BlockDeletionMarks, markID)
+	gotMarks, wantMarks := byID(got.BlockDeletionMarks, markID), byID(cortex.BlockDeletionMarks, markID)
 	for _, id := range union(gotMarks, wantMarks) {
 		g, w := gotMarks[id], wantMarks[id]
 		switch {
@@ -110,6 +149,9 @@ func check(ctx context.Context, bkt *s3.Bucket, tenant string, logger log.Logger
 			differences++
 		case g.DeletionTime < w.DeletionTime:
 			fmt.Printf("  deletion mark of %s: Sluice's deletion_time %d is before the mark's own (%d)\n", id, g.DeletionTime, w.DeletionTime)
+			differences++
+		case g.DeletionTime > w.DeletionTime+late:
+			fmt.Printf("  deletion mark of %s: Sluice's deletion_time %d is more than %s after the mark's own (%d)\n", id, g.DeletionTime, want.maxLate, w.DeletionTime)
 			differences++
 		default:
 			lateMark = max(lateMark, g.DeletionTime-w.DeletionTime)
