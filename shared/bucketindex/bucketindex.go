@@ -148,12 +148,13 @@ func Build(flavour string, blocks []records.Block, now time.Time) (Index, error)
 
 // uploadedAt is when block b was complete in the bucket (ms), which
 // Cortex's and Mimir's own updaters take from meta.json's last-modified
-// time: for Sluice's own blocks, when the PUBLISH that wrote it was
-// recorded (after the PUT, so never earlier than the object); for an
-// upload, its registration, which followed its meta.json. Not the commit
-// (Arrived): an output is published after it, and a split's partitions
-// carry their source's arrival, minutes before them for a big block, which
-// would shorten the grace a querier gives store-gateways to load them.
+// time: the record's PublishedAt (an upload's meta.json written, the
+// PUBLISH of one of Sluice's blocks recorded, after its PUT). Not the
+// commit (Arrived): an output is published after it, and a split's
+// partitions carry their source's arrival, minutes before them for a big
+// block, which would shorten the grace a querier gives store-gateways to
+// load them. Arrived stands in for records written before PublishedAt
+// was.
 func uploadedAt(b records.Block) int64 {
 	if b.PublishedAt != 0 {
 		return b.PublishedAt

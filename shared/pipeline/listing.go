@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -21,12 +22,15 @@ import (
 type blockListing struct {
 	latest   map[string]records.ObjectVersion // rel path → its current version
 	versions []records.ObjectVersion          // every version and delete marker
+	// metaWritten is when each version of meta.json was written: the
+	// upload's completion, which the bucket index dates the block by.
+	metaWritten map[string]time.Time
 }
 
 // listBlock lists the versions under k's own prefix (a few keys; Sluice
 // never lists a tenant or the bucket).
 func (d *Deps) listBlock(ctx context.Context, k blockkey.Key) (blockListing, error) {
-	l := blockListing{latest: map[string]records.ObjectVersion{}}
+	l := blockListing{latest: map[string]records.ObjectVersion{}, metaWritten: map[string]time.Time{}}
 	prefix := k.BlockPrefix()
 	in := &s3.ListObjectVersionsInput{Bucket: aws.String(d.Config.Bucket), Prefix: aws.String(prefix)}
 	for {
@@ -38,6 +42,9 @@ func (d *Deps) listBlock(ctx context.Context, k blockkey.Key) (blockListing, err
 			ov := records.ObjectVersion{RelPath: strings.TrimPrefix(aws.ToString(v.Key), prefix),
 				VersionID: aws.ToString(v.VersionId), Size: aws.ToInt64(v.Size), ETag: aws.ToString(v.ETag)}
 			l.versions = append(l.versions, ov)
+			if ov.RelPath == blockkey.MetaFile {
+				l.metaWritten[ov.VersionID] = aws.ToTime(v.LastModified)
+			}
 			if aws.ToBool(v.IsLatest) {
 				l.latest[ov.RelPath] = ov
 			}

@@ -267,6 +267,12 @@ func (p Planner) readBlock(ctx context.Context, k blockkey.Key, body []byte, vid
 	if err != nil {
 		return b, st, "", err
 	}
+	if t, ok := l.metaWritten[vid]; ok && !t.IsZero() {
+		// An upload is complete when its meta.json was written, as
+		// Cortex's and Mimir's updaters date it too: an adopted block
+		// keeps its age in the bucket index.
+		b.PublishedAt = t.UnixMilli()
+	}
 	if meta.Thanos != nil {
 		for _, f := range meta.Thanos.Files {
 			if err := blockcheck.RelPath(f.RelPath); err != nil {

@@ -105,13 +105,14 @@ type Block struct {
 	// split's partitions carry their source's (a range's readiness counts
 	// arrivals).
 	Arrived int64 `dynamodbav:"arrived"`
-	// PublishedAt is when the uploader recorded the meta.json it wrote for
-	// one of Sluice's own blocks, or when `sluice retry` released a block
-	// with the meta.json it found then (ms; 0 for an upload, whose
-	// meta.json came before its registration). The bucket index's uploaded_at is taken
-	// from it: Cortex and Mimir read that as when the block was complete in
-	// the bucket, and their queriers give store-gateways a grace from it
-	// to load the block before a query that misses it fails.
+	// PublishedAt is when the block was complete in the bucket (ms): for an
+	// upload, its meta.json's last-modified time, from the LIST at
+	// registration; for one of Sluice's own blocks, when the uploader
+	// recorded the meta.json it wrote; for a block `sluice retry` released,
+	// the release. The bucket index's uploaded_at is taken from it, as
+	// Cortex's and Mimir's updaters take it from meta.json: their queriers
+	// give store-gateways a grace from it to load the block before a
+	// query that misses it fails.
 	PublishedAt int64 `dynamodbav:"publishedAt,omitempty"`
 	UpdatedAt   int64 `dynamodbav:"updatedAt"`
 }

@@ -142,6 +142,21 @@ func TestAdoptTakesOverABucket(t *testing.T) {
 	if b := all[twoDay.Meta.ULID.String()]; b.State != protocol.BlockLive || b.Gen != 1 {
 		t.Errorf("the 2d block is %s gen %d; want registered LIVE and left as it is", b.State, b.Gen)
 	}
+	// An adopted block is dated by when its meta.json was written, as
+	// Cortex's and Mimir's bucket-index updaters date it, not by its
+	// adoption: queriers treat it as the old block it is.
+	for _, id := range []string{twoDay.Meta.ULID.String(), ncID} {
+		b := all[id]
+		meta, err := w.Env.Clients.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(w.Config.Bucket),
+			Key: aws.String(w.Config.Layout.TenantPrefix(b.Tenant) + id + "/meta.json"), VersionId: aws.String(b.MetaVersionID)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if written := aws.ToTime(meta.LastModified).Unix(); b.PublishedAt/1000 != written || b.Arrived/1000 < written {
+			t.Errorf("adopted block %s: publishedAt %d, arrived %d; want publishedAt its meta.json's last-modified %d, arrival its adoption",
+				id, b.PublishedAt/1000, b.Arrived/1000, written)
+		}
+	}
 	if b := all[ncID]; b.State != protocol.BlockLive || !b.NoCompact || b.Gen != 1 {
 		t.Errorf("the no-compact block is %s gen %d noCompact %v; want LIVE, untouched", b.State, b.Gen, b.NoCompact)
 	}
