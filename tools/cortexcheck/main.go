@@ -109,7 +109,6 @@ func check(ctx context.Context, bkt *s3.Bucket, tenant string, want expect, logg
 		fmt.Printf("  the index lists %d deletion marks; want %s\n", marks, want.marks)
 		differences++
 	}
-	late := int64(want.maxLate / time.Second)
 	blockID := func(b *bucketindex.Block) string { return b.ID.String() }
 	gotBlocks, wantBlocks := byID(got.Blocks, blockID), byID(cortex.Blocks, blockID)
 	var lateUpload, lateMark int64
@@ -126,14 +125,8 @@ func check(ctx context.Context, bkt *s3.Bucket, tenant string, want expect, logg
 			fmt.Printf("  block %s: Sluice's [%d, %d) %q × %d, Cortex's [%d, %d) %q × %d\n", id,
 				g.MinTime, g.MaxTime, g.SegmentsFormat, g.SegmentsNum, w.MinTime, w.MaxTime, w.SegmentsFormat, w.SegmentsNum)
 			differences++
-		case g.UploadedAt < w.UploadedAt:
-			fmt.Printf("  block %s: Sluice's uploaded_at %d is before its meta.json was written (%d)\n", id, g.UploadedAt, w.UploadedAt)
+		case !within("block "+id+": Sluice's uploaded_at", g.UploadedAt, w.UploadedAt, want.maxLate, &lateUpload):
 			differences++
-		case g.UploadedAt > w.UploadedAt+late:
-			fmt.Printf("  block %s: Sluice's uploaded_at %d is more than %s after its meta.json was written (%d)\n", id, g.UploadedAt, want.maxLate, w.UploadedAt)
-			differences++
-		default:
-			lateUpload = max(lateUpload, g.UploadedAt-w.UploadedAt)
 		}
 	}
 	markID := func(m *bucketindex.BlockDeletionMark) string { return m.ID.String() }
@@ -147,18 +140,28 @@ func check(ctx context.Context, bkt *s3.Bucket, tenant string, want expect, logg
 		case w == nil:
 			fmt.Printf("  deletion mark of %s: only in Sluice's\n", id)
 			differences++
-		case g.DeletionTime < w.DeletionTime:
-			fmt.Printf("  deletion mark of %s: Sluice's deletion_time %d is before the mark's own (%d)\n", id, g.DeletionTime, w.DeletionTime)
+		case !within("deletion mark of "+id+": Sluice's deletion_time", g.DeletionTime, w.DeletionTime, want.maxLate, &lateMark):
 			differences++
-		case g.DeletionTime > w.DeletionTime+late:
-			fmt.Printf("  deletion mark of %s: Sluice's deletion_time %d is more than %s after the mark's own (%d)\n", id, g.DeletionTime, want.maxLate, w.DeletionTime)
-			differences++
-		default:
-			lateMark = max(lateMark, g.DeletionTime-w.DeletionTime)
 		}
 	}
 	fmt.Printf("  Sluice's times are at most %d s (uploaded_at) and %d s (deletion_time) after Cortex's\n", lateUpload, lateMark)
 	return differences
+}
+
+// within reports whether Sluice's time (unix s) is no earlier than
+// Cortex's and at most maxLate later, saying what is wrong when it is not,
+// and keeps the latest it has seen in latest.
+func within(what string, sluice, cortex int64, maxLate time.Duration, latest *int64) bool {
+	switch {
+	case sluice < cortex:
+		fmt.Printf("  %s %d is before Cortex's %d\n", what, sluice, cortex)
+		return false
+	case sluice > cortex+int64(maxLate/time.Second):
+		fmt.Printf("  %s %d is more than %s after Cortex's %d\n", what, sluice, maxLate, cortex)
+		return false
+	}
+	*latest = max(*latest, sluice-cortex)
+	return true
 }
 
 func byID[T any](xs []T, id func(T) string) map[string]T {
