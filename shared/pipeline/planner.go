@@ -426,10 +426,15 @@ func (p Planner) retry(ctx context.Context, req messages.RetryRequest, ask planA
 // afterRelease sends what follows the release of quarantined block b: the
 // removal of Sluice's no-compact mark, the deletion of the versions its
 // re-upload replaced, and the planning of its range. A redelivered retry
-// sends it all again.
+// sends it all again. Another tool's no-compact mark is left to the block
+// and named by its record (a LIVE block may carry one, and a retry request
+// can find the block LIVE); a mark not recorded yet is never written, its
+// op stale once the block is LIVE.
 func (p Planner) afterRelease(ctx context.Context, k blockkey.Key, b records.Block, ask planAsks) error {
-	if err := p.Send.Op(ctx, messages.BlockOp{Op: messages.OpUnmarkNoCompact, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen}); err != nil {
-		return err
+	if b.NoCompactMarkOurs {
+		if err := p.Send.Op(ctx, messages.BlockOp{Op: messages.OpUnmarkNoCompact, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen}); err != nil {
+			return err
+		}
 	}
 	if err := p.sendSuperseded(ctx, k, b); err != nil {
 		return err

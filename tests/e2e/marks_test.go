@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/blockgen"
 	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/config"
+	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/tests/testworld"
@@ -84,6 +85,14 @@ func TestMarksOfOtherToolsAreHonoured(t *testing.T) {
 		d, _, err := w.Store.GetBlock(ctx, "acme", deleted)
 		return a.State == protocol.BlockDeleted && d.State == protocol.BlockDeleted, err
 	}, "acme")
+
+	// A retry request that finds the no-compact block LIVE (as a late
+	// duplicate of one would) re-plans its range and leaves the other
+	// tool's mark to it: only Sluice's own is removed.
+	if err := w.Pipeline.Deps.Send.Retry(ctx, messages.RetryRequest{Tenant: "acme", Block: kept, Nonce: "late"}); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, w, "acme")
 
 	all := byID(w.Blocks(ctx, "acme"))
 	d := all[deleted]
