@@ -5,9 +5,8 @@
 # on their own emulator, uploads two tenants' blocks (team-b's replicated,
 # RF 2), runs the pipeline, then has Cortex's bucketindex.ReadIndex read
 # each tenant's index and Cortex's own updater build one from a listing of
-# the bucket, and fails on any difference: a block or a deletion mark only
-# one of them lists, another range or segment count, or a time of Sluice's
-# before Cortex's. Two passes: "retiring", with an hour's deletion delay,
+# the bucket, and fails on any difference (tools/cortexcheck says which
+# it checks). Two passes: "retiring", with an hour's deletion delay,
 # stops with every source marked and not yet deleted; "settled", with a
 # second's, stops with the sources deleted.
 #
@@ -74,8 +73,7 @@ pass() {
   fi
   bin/sluice --env-file "$envfile" verify
   local bucket
-  bucket=$(sed -n "s/^\(export \)\{0,1\}SLUICE_BUCKET='\{0,1\}\([^']*\)'\{0,1\}$/\2/p" "$envfile")
-  [ -n "$bucket" ] || { echo "cortex-check: no SLUICE_BUCKET in $envfile" >&2; exit 1; }
+  bucket=$(envfile_bucket "$envfile")
   "$check" -marks "$marks" "127.0.0.1:$port" "$bucket" team-a team-b
 }
 

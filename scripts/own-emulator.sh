@@ -8,6 +8,8 @@
 # 127.0.0.1:PORT, makes a scratch directory $work (sluice-NAME-XXXXXX), and
 # starts the emulator there unless one already answers. On exit the
 # scratch directory goes, and the emulator too if this started it.
+# envfile_bucket FILE prints the SLUICE_BUCKET a provisioned settings file
+# names, and fails when it names none.
 
 own_emulator() {
   local port=$1 name=$2
@@ -26,4 +28,11 @@ own_emulator() {
 own_emulator_cleanup() {
   if [ "${own_emulator_started:-0}" = 1 ]; then bash localstack/stop.sh || true; fi
   rm -rf "$work"
+}
+
+envfile_bucket() {
+  local bucket
+  bucket=$(sed -n "s/^\(export \)\{0,1\}SLUICE_BUCKET='\{0,1\}\([^']*\)'\{0,1\}$/\2/p" "$1")
+  [ -n "$bucket" ] || { echo "no SLUICE_BUCKET in $1" >&2; return 1; }
+  echo "$bucket"
 }

@@ -59,8 +59,7 @@ pass() {
   bin/sluice --env-file "$envfile" status | grep -E "note:|TENANT" || true
 
   local bucket
-  bucket=$(sed -n "s/^\(export \)\{0,1\}SLUICE_BUCKET='\{0,1\}\([^']*\)'\{0,1\}$/\2/p" "$envfile")
-  [ -n "$bucket" ] || { echo "thanos-check: no SLUICE_BUCKET in $envfile" >&2; exit 1; }
+  bucket=$(envfile_bucket "$envfile")
   cat >"$work/$name-objstore.yml" <<EOF
 type: S3
 config:
