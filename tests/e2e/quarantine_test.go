@@ -125,8 +125,10 @@ func TestCorruptSourceIsQuarantined(t *testing.T) {
 	// The re-upload's own event is handled first: in a batch with the
 	// retry, it would ask for the range's planning itself.
 	settle(t, w, "acme")
-	range_ := "acme/" + g.String() + "@"
-	retryGroup.Store(&range_)
+	// The retry plans a group of the block's stream: its 12h range, or the
+	// 24h one when the neighbours' output has gone on to it already.
+	stream := "acme/" + q.Stream + "#"
+	retryGroup.Store(&stream)
 	failRelease.Store(true)
 	failRetryPlan.Store(true)
 	if _, err := cli.Retry(ctx, w.Store, w.Pipeline.Deps.Send, messages.RetryRequest{Tenant: "acme", Block: badID, Nonce: "t"}); err != nil {
