@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"time"
 
@@ -41,7 +40,7 @@ type opRecords interface {
 	MarkPublished(ctx context.Context, tenant, id string, gen int64, vid string, now time.Time) error
 	RecordMark(ctx context.Context, tenant, id string, gen int64, vid, globalVid string, retireAt, deleteAt, now time.Time) error
 	RecordNoCompactMark(ctx context.Context, tenant, id string, gen int64, vid string, ours bool, globalVid string, now time.Time) error
-	ForgetNoCompactMark(ctx context.Context, tenant, id string, gen int64, vid string, now time.Time) error
+	ForgetNoCompactMark(ctx context.Context, tenant, id string, from protocol.BlockState, gen int64, vid string, now time.Time) error
 }
 
 // Handle processes a batch from the block-ops queue.
@@ -93,8 +92,7 @@ func (u Uploader) Execute(ctx context.Context, op messages.BlockOp) error {
 	if op.Op == messages.OpDeleteStray {
 		return u.deleteStray(ctx, k, b, known, op, log)
 	}
-	want, _ := protocol.OpActsIn(op.Op)
-	if !known || b.Gen != op.Gen || !slices.Contains(want, b.State) {
+	if acts, _ := protocol.OpActs(op.Op, op.Gen, b.State, b.Gen); !known || !acts {
 		log.WarnContext(ctx, "stale block op dropped", "recordGen", b.Gen, "recordState", b.State, "known", known)
 		return nil
 	}
@@ -109,7 +107,7 @@ func (u Uploader) Execute(ctx context.Context, op messages.BlockOp) error {
 	case messages.OpNoCompact:
 		return u.markNoCompact(ctx, k, b, log)
 	case messages.OpUnmarkNoCompact:
-		return u.unmarkNoCompact(ctx, k, b, log)
+		return u.unmarkNoCompact(ctx, k, op, b, log)
 	default:
 		return u.delete(ctx, k, b, log)
 	}
@@ -154,32 +152,75 @@ func (u Uploader) markNoCompact(ctx context.Context, k blockkey.Key, b records.B
 }
 
 // unmarkNoCompact deletes the no-compact mark Sluice wrote for a block
-// `sluice retry` released, by the VersionId its record names, then
-// forgets it. Another tool's mark is only forgotten, never deleted.
-func (u Uploader) unmarkNoCompact(ctx context.Context, k blockkey.Key, b records.Block, log *slog.Logger) error {
-	if b.NoCompactMarkVersionID == "" {
+// `sluice retry` released, and its global marker, by the VersionIds its
+// record names, then forgets them. Another tool's mark is left to the
+// block, named by its record. The op acts on the block LIVE or CLAIMED at
+// the release's gen or later (protocol.OpActs), since the release's own
+// planning may claim the block first.
+//
+// A write of the block's state between the read and the record's write
+// (that claim; or, while the op stalls, the block's quarantine again)
+// makes the write lose with the versions already deleted. The block is
+// read again and, while its record still names the deleted mark, the
+// removal is recorded at its new gen: a record never names a version no
+// longer in the bucket. A block quarantined again then needs a mark of its
+// own, and its NO_COMPACT op may have found the deleted one still named
+// and written none: a new op is sent.
+func (u Uploader) unmarkNoCompact(ctx context.Context, k blockkey.Key, op messages.BlockOp, b records.Block, log *slog.Logger) error {
+	vid := b.NoCompactMarkVersionID
+	if vid == "" || !b.NoCompactMarkOurs {
 		return nil
 	}
-	if b.NoCompactMarkOurs {
-		if err := u.deleteVersion(ctx, k.Object(blockkey.NoCompactMarkFile), b.NoCompactMarkVersionID); err != nil {
-			return err
-		}
-	}
+	gone := []keyVersion{{k.Object(blockkey.NoCompactMarkFile), vid}}
 	if b.GlobalNoCompactVersionID != "" {
-		if err := u.deleteVersion(ctx, u.globalMarker(b, blockkey.NoCompactMarkFile), b.GlobalNoCompactVersionID); err != nil {
-			return err
-		}
+		gone = append(gone, keyVersion{u.globalMarker(b, blockkey.NoCompactMarkFile), b.GlobalNoCompactVersionID})
 	}
-	if err := u.records().ForgetNoCompactMark(ctx, b.Tenant, b.ID, b.Gen, b.NoCompactMarkVersionID, u.now()); err != nil {
-		if records.IsConditionLost(err) {
-			log.WarnContext(ctx, "block moved on while removing its no-compact mark", "lost", err)
-			return nil
-		}
+	if err := u.deleteVersions(ctx, gone); err != nil {
 		return err
 	}
-	log.InfoContext(ctx, "no-compact mark removed from a released block", "ours", b.NoCompactMarkOurs)
-	return nil
+	if err := u.step(ctx, "uploader.no-compact-mark-deleted", b.Key()); err != nil {
+		return err
+	}
+	for round := 1; ; round++ {
+		err := u.records().ForgetNoCompactMark(ctx, b.Tenant, b.ID, b.State, b.Gen, vid, u.now())
+		if err == nil {
+			log.InfoContext(ctx, "no-compact mark removed from a released block", "state", b.State, "recordGen", b.Gen)
+			if b.State == protocol.BlockQuarantined {
+				log.WarnContext(ctx, "the block was quarantined again while its old mark was removed; its mark is written again", "recordGen", b.Gen)
+				return u.Send.Op(ctx, messages.BlockOp{Op: messages.OpNoCompact, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen})
+			}
+			return nil
+		}
+		if !records.IsConditionLost(err) || round == maxUnmarkRounds {
+			return err
+		}
+		var known bool
+		if b, known, err = u.records().GetBlock(ctx, op.Tenant, op.Block); err != nil {
+			return err
+		}
+		if !known || b.NoCompactMarkVersionID != vid || !forgettable(b.State) {
+			log.InfoContext(ctx, "block moved on while its no-compact mark was removed; the record no longer needs forgetting it",
+				"recordGen", b.Gen, "recordState", b.State)
+			return nil
+		}
+		log.InfoContext(ctx, "block moved on while its no-compact mark was removed; recording the removal at its new gen",
+			"recordGen", b.Gen, "recordState", b.State)
+	}
 }
+
+// forgettable reports whether a record in state that names a deleted
+// no-compact mark forgets it (protocol.ForgetNoCompact). A RETIRING or
+// DELETED block's DELETE op deletes every version its record names, gone
+// ones included.
+func forgettable(state protocol.BlockState) bool {
+	return protocol.MustLookup(protocol.ForgetNoCompact).Leaves(string(state))
+}
+
+// maxUnmarkRounds bounds the re-reads of an UNMARK_NO_COMPACT whose record
+// write lost: each loss is a claim or a quarantine of the block, and the
+// block changes state so only once per version. Past it the op fails and
+// SQS delivers it again.
+const maxUnmarkRounds = 3
 
 func (u Uploader) publish(ctx context.Context, k blockkey.Key, b records.Block, log *slog.Logger) error {
 	if b.Published {

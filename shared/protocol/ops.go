@@ -1,22 +1,41 @@
 package protocol
 
-import "github.com/sluice-dev/sluice/shared/messages"
+import (
+	"slices"
 
-// OpActsIn is the block states in which a block op acts (at its gen); in
-// any other it is stale and dropped. ok is false for DELETE_STRAY, which
-// names versions no record names and is judged per version instead.
-func OpActsIn(op messages.OpKind) (states []BlockState, ok bool) {
+	"github.com/sluice-dev/sluice/shared/messages"
+)
+
+// OpActs reports whether a block op sent for the block at gen opGen acts
+// on the block's record, read in state at gen; a stale op is dropped.
+// judged is false for DELETE_STRAY, which names versions no record names
+// and is judged per version instead.
+//
+// Every op acts only at its own gen, in the states it is for, except
+// UNMARK_NO_COMPACT. The release that sends it is followed at once by the
+// planning of the block's range, which may claim the block (a new gen)
+// before the uploader gets to the op: held to its gen, the op was stale
+// then and Sluice's no-compact mark stayed in the bucket until the block
+// was deleted. So it acts at its gen or any later one while the block is
+// LIVE or CLAIMED. Safe, because Sluice writes its mark only for a
+// QUARANTINED block, and in neither state does any quarantine want one: a
+// later quarantine leaves QUARANTINED only by a release, whose own removal
+// the older op merely does first. It never acts on a QUARANTINED block.
+func OpActs(op messages.OpKind, opGen int64, state BlockState, gen int64) (acts, judged bool) {
+	var in []BlockState
 	switch op {
 	case messages.OpPublish:
-		return []BlockState{BlockLive}, true
+		in = []BlockState{BlockLive}
 	case messages.OpMark:
-		return []BlockState{BlockRetiring}, true
+		in = []BlockState{BlockRetiring}
 	case messages.OpDelete:
-		return []BlockState{BlockDeleted, BlockDiscarded}, true
+		in = []BlockState{BlockDeleted, BlockDiscarded}
 	case messages.OpNoCompact:
-		return []BlockState{BlockQuarantined}, true
+		in = []BlockState{BlockQuarantined}
 	case messages.OpUnmarkNoCompact:
-		return []BlockState{BlockLive}, true
+		return gen >= opGen && slices.Contains([]BlockState{BlockLive, BlockClaimed}, state), true
+	default:
+		return false, false
 	}
-	return nil, false
+	return gen == opGen && slices.Contains(in, state), true
 }

@@ -243,7 +243,7 @@ func Table() []Transition {
 		{Name: ReleaseBlock, Item: ItemBlock, From: states(BlockQuarantined), To: string(BlockLive),
 			Requires: []Require{AtGen}, Code: "ReleaseBlock"},
 		{Name: RecordNoCompact, Item: ItemBlock, From: states(BlockQuarantined), Requires: []Require{AtGen}, Code: "RecordNoCompactMark"},
-		{Name: ForgetNoCompact, Item: ItemBlock, From: states(BlockLive), Requires: []Require{AtGen, NoCompactMarkNamed},
+		{Name: ForgetNoCompact, Item: ItemBlock, From: states(BlockLive, BlockClaimed, BlockQuarantined), Requires: []Require{AtGen, NoCompactMarkNamed},
 			Code: "ForgetNoCompactMark"},
 		{Name: NoteMark, Item: ItemBlock, From: states(BlockLive, BlockClaimed), Requires: []Require{AtGen}, Code: "NoteForeignMark"},
 		{Name: HonourDeletion, Item: ItemBlock, From: states(BlockLive), To: string(BlockRetiring),

@@ -198,10 +198,11 @@ func (st *Store) RecordNoCompactMark(ctx context.Context, tenant, id string, gen
 }
 
 // ForgetNoCompactMark records that the uploader deleted Sluice's
-// no-compact mark of a released (LIVE) block at gen: the record no longer
-// names that version.
-func (st *Store) ForgetNoCompactMark(ctx context.Context, tenant, id string, gen int64, vid string, now time.Time) error {
+// no-compact mark of a released block, read (from) LIVE, CLAIMED, or
+// QUARANTINED again meanwhile, at gen: the record no longer names that
+// version.
+func (st *Store) ForgetNoCompactMark(ctx context.Context, tenant, id string, from protocol.BlockState, gen int64, vid string, now time.Time) error {
 	b := Block{Tenant: tenant, ID: id, Gen: gen}
-	return st.writeBlock(ctx, "forget no-compact mark of "+b.Key(), protocol.ForgetNoCompact, b, expect{vid: vid}, now,
+	return st.writeBlock(ctx, "forget no-compact mark of "+b.Key(), protocol.ForgetNoCompact, b, expect{from: string(from), vid: vid}, now,
 		"updatedAt = :now", "ncVid, ncOurs, gncVid", map[string]types.AttributeValue{":now": n(now.UnixMilli())})
 }

@@ -107,7 +107,7 @@ func TestQuarantineTransitions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.store.ForgetNoCompactMark(w.ctx, "acme", "A", live, "vid", w.now); err != nil {
+	if err := w.store.ForgetNoCompactMark(w.ctx, "acme", "A", protocol.BlockLive, live, "vid", w.now); err != nil {
 		t.Fatal(err)
 	}
 	got, _, _ = w.store.GetBlock(w.ctx, "acme", "A")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -245,8 +244,9 @@ func traceFrom(ctx context.Context) *opTrace {
 }
 
 // Hook checks I5 for block ops at the uploader's steps, where an op has
-// decided to act: the record the uploader read for that decision must have
-// been at the op's gen and in its state. (Comparing with the record as it
+// decided to act: the record the uploader read for that decision must be
+// one the op acts on (protocol.OpActs: at the op's gen, in its states, or
+// for UNMARK_NO_COMPACT at a later gen too). (Comparing with the record as it
 // is at the step would blame an op whose block moved on after its check; a
 // write it then makes is judged by the effect checks below.)
 func (m *Monitor) Hook(ctx context.Context, step pipeline.Step, subject string) error {
@@ -257,8 +257,7 @@ func (m *Monitor) Hook(ctx context.Context, step pipeline.Step, subject string) 
 	if t == nil {
 		return nil
 	}
-	want, ok := protocol.OpActsIn(t.op.Op)
-	if !ok {
+	if _, judged := protocol.OpActs(t.op.Op, t.op.Gen, "", 0); !judged {
 		return nil
 	}
 	t.mu.Lock()
@@ -267,17 +266,17 @@ func (m *Monitor) Hook(ctx context.Context, step pipeline.Step, subject string) 
 	if read == nil {
 		return nil // not read through this Monitor
 	}
-	m.check(CheckOpDecidesAtGen, read.Gen == t.op.Gen && slices.Contains(want, read.State),
+	acts, _ := protocol.OpActs(t.op.Op, t.op.Gen, read.State, read.Gen)
+	m.check(CheckOpDecidesAtGen, acts,
 		"%s op of %s/%s at gen %d proceeds (%s) on a record read %s at gen %d", t.op.Op, t.op.Tenant, t.op.Block, t.op.Gen, step, read.State, read.Gen)
 	return nil
 }
 
 // opEffect runs an S3 write or delete of a block op while no DynamoDB
 // write can land (the Monitor's write lock), and judges it: if it took
-// effect, the block must be at the op's gen and state right then.
+// effect, the block must be one the op acts on right then.
 func (m *Monitor) opEffect(ctx context.Context, op messages.BlockOp, what string, call func() error) error {
-	want, ok := protocol.OpActsIn(op.Op)
-	if !ok {
+	if _, judged := protocol.OpActs(op.Op, op.Gen, "", 0); !judged {
 		return call() // DELETE_STRAY names versions no record names; judged per delete
 	}
 	m.writes.Lock()
@@ -287,7 +286,8 @@ func (m *Monitor) opEffect(ctx context.Context, op messages.BlockOp, what string
 	if err != nil || rerr != nil {
 		return err // no effect (a PUT that lost to If-None-Match adopts, it writes nothing)
 	}
-	m.check(CheckOpEffectAtGen, found && b.Gen == op.Gen && slices.Contains(want, b.State),
+	acts, _ := protocol.OpActs(op.Op, op.Gen, b.State, b.Gen)
+	m.check(CheckOpEffectAtGen, found && acts,
 		"%s op of %s/%s at gen %d: %s took effect while the block is %s at gen %d", op.Op, op.Tenant, op.Block, op.Gen, what, b.State, b.Gen)
 	return nil
 }
