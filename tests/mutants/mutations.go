@@ -4,9 +4,14 @@ package main
 // exactly once in File, becomes New. What says what the guard is for, in
 // the words of docs/proofs.md's kill table.
 type mutation struct {
-	ID        string
-	File      string
-	Old, New  string
+	ID       string
+	File     string
+	Old, New string
+	// Entry names the protocol.Table entry a table mutation changes (its
+	// Name's identifier): Old must lie inside it. Two entries can share a
+	// requirement list, and a guard added to one moved the claim's
+	// mutations onto retention's unnoticed (TestMutationsHitWhatTheyName).
+	Entry     string
 	Invariant string
 	What      string
 }
@@ -19,19 +24,19 @@ type mutation struct {
 func mutations() []mutation {
 	const table = "shared/protocol/protocol.go"
 	return []mutation{
-		{ID: "commit-no-holder", File: table, Invariant: "I5 fencing (leases)",
+		{ID: "commit-no-holder", File: table, Entry: "Commit", Invariant: "I5 fencing (leases)",
 			What: "a commit does not require the lease holder",
 			Old:  `Requires: []Require{LeaseHolder}, With: []Name{JobFence}, Code: "Commit"`,
 			New:  `With: []Name{JobFence}, Code: "Commit"`},
 		{ID: "commit-no-fence", File: "shared/records/partitions.go", Invariant: "I5 fencing (commits)",
 			What: "a commit without the job fence on the head (version = v AND PLANNED)",
-			Old:  "\tx.add(fg, fg.check(key(tenantPK(tenant), groupSK(g))))\n\tx.add(pg, pg.update(key(tenantPK(tenant), partitionSK(g, v, p)), set, \"\", vals))",
-			New:  "\t_ = fg\n\tx.add(pg, pg.update(key(tenantPK(tenant), partitionSK(g, v, p)), set, \"\", vals))"},
+			Old:  "\t\t\tx.add(fg, fence)\n\t\t\tsize = transactItemSize(fence)",
+			New:  "\t\t\t_ = fg\n\t\t\tsize = transactItemSize(fence)"},
 		{ID: "lease-no-fence", File: "shared/records/partitions.go", Invariant: "I5 fencing (leases)",
 			What: "a lease without the lease fence on the head",
 			Old:  "\tx.add(fg, fg.check(key(tenantPK(tenant), groupSK(g))))\n\tx.add(pg, pg.update(key(tenantPK(tenant), partitionSK(g, v, p)), leaseSet",
 			New:  "\t_ = fg\n\tx.add(pg, pg.update(key(tenantPK(tenant), partitionSK(g, v, p)), leaseSet"},
-		{ID: "takeover-live-lease", File: table, Invariant: "I5 fencing (leases)",
+		{ID: "takeover-live-lease", File: table, Entry: "TakeOver", Invariant: "I5 fencing (leases)",
 			What: "a take-over does not require the lease to have expired",
 			Old:  `Requires: []Require{LeaseExpired}, With: []Name{CountDeadAttempt}`,
 			New:  `With: []Name{CountDeadAttempt}`},
@@ -39,36 +44,60 @@ func mutations() []mutation {
 			What: "a completion without its per-partition DONE checks",
 			Old:  "\t\tx.add(dg, dg.check(key(tenantPK(g.Tenant), partitionSK(g.Key, g.Version, p))))",
 			New:  "\t\t_ = dg"},
-		{ID: "claim-not-exclusive", File: table, Invariant: "I2 no double coverage",
+		{ID: "claim-not-exclusive", File: table, Entry: "Claim", Invariant: "I2 no double coverage",
 			What: "a claim does not require the block unclaimed",
-			Old:  `Requires: []Require{AtGen, Published, Unclaimed}`,
-			New:  `Requires: []Require{AtGen, Published}`},
-		{ID: "claim-no-gen", File: table, Invariant: "I2 no double coverage",
+			Old:  `Requires: []Require{AtGen, Published, Unclaimed, Compactable}, With: []Name{ClaimFence}`,
+			New:  `Requires: []Require{AtGen, Published, Compactable}, With: []Name{ClaimFence}`},
+		{ID: "claim-no-gen", File: table, Entry: "Claim", Invariant: "I2 no double coverage",
 			What: "a claim does not require the gen planning read",
-			Old:  `Requires: []Require{AtGen, Published, Unclaimed}`,
-			New:  `Requires: []Require{Published, Unclaimed}`},
+			Old:  `Requires: []Require{AtGen, Published, Unclaimed, Compactable}, With: []Name{ClaimFence}`,
+			New:  `Requires: []Require{Published, Unclaimed, Compactable}, With: []Name{ClaimFence}`},
+		{ID: "claim-marked", File: table, Entry: "Claim", Invariant: "marks of other tools",
+			What: "a claim does not require the block free of no-compact marks",
+			Old:  `Requires: []Require{AtGen, Published, Unclaimed, Compactable}, With: []Name{ClaimFence}`,
+			New:  `Requires: []Require{AtGen, Published, Unclaimed}, With: []Name{ClaimFence}`},
 		{ID: "claim-no-fence", File: "shared/records/blocks.go", Invariant: "liveness (chaos seed 18)",
 			What: "claims without the claim fence (head at v and CLAIMING)",
 			Old:  "\t\tx.add(fg, fence)\n",
 			New:  "\t\t_ = fence\n"},
-		{ID: "create-over-unfinished", File: table, Invariant: "I2",
+		{ID: "create-over-unfinished", File: table, Entry: "CreateNext", Invariant: "I2",
 			What: "a next version does not require the version planning read",
 			Old: `From: states(GroupRetired, GroupSuperseded), To: string(GroupClaiming),
 			Requires: []Require{AtVersion}, With: []Name{CreatePartition}`,
 			New: `From: states(GroupRetired, GroupSuperseded), To: string(GroupClaiming),
 			With: []Name{CreatePartition}`},
-		{ID: "delete-unmarked", File: table, Invariant: "I1 no loss",
+		{ID: "delete-unmarked", File: table, Entry: "StartDelete", Invariant: "I1 no loss",
 			What: "a deletion does not require the deletion mark recorded",
 			Old:  `Requires: []Require{AtGen, MarkRecorded}, Code: "StartDelete"`,
 			New:  `Requires: []Require{AtGen}, Code: "StartDelete"`},
-		{ID: "retire-any-claimer", File: table, Invariant: "I1 no loss",
+		{ID: "retire-any-claimer", File: table, Entry: "Retire", Invariant: "I1 no loss",
 			What: "a retirement does not require the source claimed by the version",
 			Old:  `Requires: []Require{ClaimedByWriter, AtGen}, Code: "Retire"`,
 			New:  `Requires: []Require{AtGen}, Code: "Retire"`},
-		{ID: "op-no-gen", File: "shared/pipeline/uploader.go", Invariant: "I5 fencing (block ops)",
-			What: "the uploader skips the gen check of a block op",
-			Old:  "if !known || b.Gen != op.Gen || !slices.Contains(want, b.State) {",
-			New:  "if !known || !slices.Contains(want, b.State) {"},
+		{ID: "op-no-gen", File: "shared/protocol/ops.go", Invariant: "I5 fencing (block ops)",
+			What: "a block op acts at any gen in its states",
+			Old:  "return gen == opGen && slices.Contains(in, state), true",
+			New:  "return slices.Contains(in, state), true"},
+		{ID: "unmark-quarantined", File: "shared/protocol/ops.go", Invariant: "quarantine",
+			What: "the removal of a released block's no-compact mark acts on the block quarantined again",
+			Old:  "slices.Contains([]BlockState{BlockLive, BlockClaimed}, state)",
+			New:  "slices.Contains([]BlockState{BlockLive, BlockClaimed, BlockQuarantined}, state)"},
+		{ID: "forget-any-mark", File: table, Entry: "ForgetNoCompact", Invariant: "I3 no dangling files",
+			What: "forgetting a no-compact mark does not require the record to name the version deleted",
+			Old:  `Requires: []Require{AtGen, NoCompactMarkNamed},`,
+			New:  `Requires: []Require{AtGen},`},
+		{ID: "expire-claimed", File: table, Entry: "Expire", Invariant: "I1 no loss (retention)",
+			What: "retention does not require the block unclaimed",
+			Old:  `Requires: []Require{AtGen, Published, Unclaimed}, Code: "Expire"`,
+			New:  `Requires: []Require{AtGen, Published}, Code: "Expire"`},
+		{ID: "expire-before-downsample", File: table, Entry: "ExpireDownsampled", Invariant: "I1 no loss (downsampling)",
+			What: "retention of a raw block does not require its downsample published",
+			Old:  `Requires: []Require{AtGen, Published, Unclaimed, Downsampled}, Code: "Expire"`,
+			New:  `Requires: []Require{AtGen, Published, Unclaimed}, Code: "Expire"`},
+		{ID: "honour-claimed", File: table, Entry: "HonourDeletion", Invariant: "I1 no loss (marks of other tools)",
+			What: "honouring another tool's deletion mark does not require the block unclaimed",
+			Old:  `Requires: []Require{AtGen, Unclaimed, MarkRecorded}, Code: "HonourDeletionMark"`,
+			New:  `Requires: []Require{AtGen, MarkRecorded}, Code: "HonourDeletionMark"`},
 		{ID: "retire-before-publish", File: "shared/pipeline/cleaner.go", Invariant: "I1 no loss",
 			What: "the cleaner retires sources without waiting for every output to be published",
 			Old:  "if published < len(outs) {",
