@@ -1,16 +1,19 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/oklog/ulid/v2"
 
 	"github.com/sluice-dev/sluice/localstack/localrun"
 	"github.com/sluice-dev/sluice/shared/blockgen"
 	"github.com/sluice-dev/sluice/shared/blockkey"
+	"github.com/sluice-dev/sluice/shared/blockmeta"
 	"github.com/sluice-dev/sluice/shared/bucketindex"
 	"github.com/sluice-dev/sluice/shared/config"
 	"github.com/sluice-dev/sluice/shared/messages"
@@ -30,7 +33,9 @@ import (
 // stayed in the bucket until the block was deleted). A claim landing
 // between the op's deletion and its record write must not leave the
 // record naming a deleted version. A block quarantined again before the
-// op keeps its mark.
+// op keeps its mark; one quarantined again after the deletion gets a new
+// one. Another tool's mark is the block's: the op neither deletes nor
+// forgets it.
 func TestReleasedBlockLosesItsMarkWhenClaimedFirst(t *testing.T) {
 	const (
 		removed   = "removed"   // the mark and its global marker are gone, and the record names neither
@@ -43,25 +48,33 @@ func TestReleasedBlockLosesItsMarkWhenClaimedFirst(t *testing.T) {
 		beforeOp func(c *unmarkCase)
 		// midOp runs between the op's S3 deletions and its record write.
 		midOp func(c *unmarkCase)
-		want  string
+		// foreign: another tool's no-compact mark was in the bucket
+		// before the quarantine's; the block keeps it.
+		foreign bool
+		want    string
 	}{
 		{name: "claimed before the op", beforeOp: func(c *unmarkCase) { c.claim() }, want: removed},
 		{name: "claimed between its deletion and its record", midOp: func(c *unmarkCase) { c.claim() }, want: removed},
 		{name: "claim released before the op", beforeOp: func(c *unmarkCase) { c.claim(); c.releaseClaim() }, want: removed},
 		{name: "quarantined again before the op", beforeOp: func(c *unmarkCase) { c.quarantine() }, want: kept},
 		{name: "quarantined again between its deletion and its record", midOp: func(c *unmarkCase) { c.quarantine() }, want: rewritten},
+		{name: "another tool's mark", foreign: true, want: kept},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			c := newUnmarkCase(t)
+			if tc.foreign {
+				c.putForeignMark()
+			}
 			c.quarantine()
 			c.execute(messages.BlockOp{Op: messages.OpNoCompact, Tenant: "acme", Block: c.id, Gen: c.block().Gen}, nil)
 			q := c.block()
-			if q.NoCompactMarkVersionID == "" || !q.NoCompactMarkOurs || q.GlobalNoCompactVersionID == "" {
-				t.Fatalf("no mark of Sluice's recorded for the quarantined block: %+v", q)
+			if q.NoCompactMarkVersionID == "" || q.NoCompactMarkOurs == tc.foreign || (q.GlobalNoCompactVersionID == "") != tc.foreign {
+				t.Fatalf("the quarantined block's mark is recorded as %q (ours %v, global marker %q); want ours %v",
+					q.NoCompactMarkVersionID, q.NoCompactMarkOurs, q.GlobalNoCompactVersionID, !tc.foreign)
 			}
-			if !c.hasVersion(c.markKey, q.NoCompactMarkVersionID) || !c.hasVersion(c.globalKey, q.GlobalNoCompactVersionID) {
+			if !c.hasVersion(c.markKey, q.NoCompactMarkVersionID) || (!tc.foreign && !c.hasVersion(c.globalKey, q.GlobalNoCompactVersionID)) {
 				t.Fatal("the no-compact mark or its global marker is not in the bucket")
 			}
 			releaseGen, err := c.w.Store.ReleaseBlock(c.ctx, q, time.Now())
@@ -86,8 +99,8 @@ func TestReleasedBlockLosesItsMarkWhenClaimedFirst(t *testing.T) {
 			switch b := c.block(); tc.want {
 			case kept:
 				if b.NoCompactMarkVersionID != q.NoCompactMarkVersionID || !c.hasVersion(c.markKey, q.NoCompactMarkVersionID) ||
-					!c.hasVersion(c.globalKey, q.GlobalNoCompactVersionID) {
-					t.Errorf("the block quarantined again (%s) lost its no-compact mark: record names %q, want %q kept in the bucket",
+					(!tc.foreign && !c.hasVersion(c.globalKey, q.GlobalNoCompactVersionID)) {
+					t.Errorf("the block (%s) lost its no-compact mark: record names %q, want %q kept in the bucket",
 						b.State, b.NoCompactMarkVersionID, q.NoCompactMarkVersionID)
 				}
 			case removed:
@@ -209,6 +222,20 @@ func (c *unmarkCase) quarantine() {
 		c.t.Fatal(err)
 	}
 	c.head.State = protocol.GroupSuperseded
+}
+
+// putForeignMark writes a no-compact mark as another tool would, before
+// Sluice's quarantine.
+func (c *unmarkCase) putForeignMark() {
+	c.t.Helper()
+	body, err := blockmeta.NewNoCompactMark(ulid.MustParseStrict(c.id), time.Now().Add(-time.Hour), "an operator's").Marshal()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if _, err := c.w.Env.Clients.S3.PutObject(c.ctx, &s3.PutObjectInput{Bucket: aws.String(c.w.Config.Bucket), Key: aws.String(c.markKey),
+		Body: bytes.NewReader(body)}); err != nil {
+		c.t.Fatal(err)
+	}
 }
 
 // execute runs op through the uploader, as its handler does, with hook at
