@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/s3errors"
 )
 
 // Uploader executes block ops (docs/design.md §4.4): the only writer of
@@ -116,9 +117,38 @@ func (u Uploader) Execute(ctx context.Context, op messages.BlockOp) error {
 // markNoCompact writes no-compact-mark.json for a quarantined block, in
 // Thanos' format, with Sluice's reason in its details. A mark that is
 // already there (another tool's) is recorded as not ours and kept.
+//
+// A mark of ours the record names already is checked to be in the bucket
+// (one HEAD, on this op's redelivery or re-send only): the removal of an
+// earlier release's mark that died between deleting it and forgetting it,
+// and was delivered again only once the block was quarantined again, left
+// the record naming a deleted version. It is forgotten, and a new mark is
+// written.
 func (u Uploader) markNoCompact(ctx context.Context, k blockkey.Key, b records.Block, log *slog.Logger) error {
-	if b.NoCompactMarkVersionID != "" {
-		return nil
+	if vid := b.NoCompactMarkVersionID; vid != "" {
+		if !b.NoCompactMarkOurs {
+			return nil
+		}
+		there, err := u.versionExists(ctx, k.Object(blockkey.NoCompactMarkFile), vid)
+		if err != nil || there {
+			return err
+		}
+		log.WarnContext(ctx, "the record names a no-compact mark of ours that is not in the bucket (a removal died before recording it); writing a new one",
+			"versionId", vid)
+		if b.GlobalNoCompactVersionID != "" {
+			// Deleted in the removal's request with the mark, unless that
+			// one failed: deleted again before the record stops naming it.
+			if err := u.deleteVersion(ctx, u.globalMarker(b, blockkey.NoCompactMarkFile), b.GlobalNoCompactVersionID); err != nil {
+				return err
+			}
+		}
+		if err := u.records().ForgetNoCompactMark(ctx, b.Tenant, b.ID, b.State, b.Gen, vid, u.now()); err != nil {
+			if records.IsConditionLost(err) {
+				log.WarnContext(ctx, "block moved on while forgetting its deleted no-compact mark", "lost", err)
+				return nil
+			}
+			return err
+		}
 	}
 	id, err := ulid.ParseStrict(b.ID)
 	if err != nil {
@@ -327,6 +357,18 @@ func (u Uploader) delete(ctx context.Context, k blockkey.Key, b records.Block, l
 	}
 	log.InfoContext(ctx, "block deleted", "versions", len(vs), "state", b.State)
 	return nil
+}
+
+// versionExists reports whether version vid of key is in the bucket.
+func (u Uploader) versionExists(ctx context.Context, key, vid string) (bool, error) {
+	_, err := u.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(u.Config.Bucket), Key: aws.String(key), VersionId: aws.String(vid)})
+	switch {
+	case err == nil:
+		return true, nil
+	case s3errors.IsNotFound(err):
+		return false, nil
+	}
+	return false, fmt.Errorf("head %s version %s: %w", key, vid, err)
 }
 
 // keyVersion is one object version to delete.

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -34,8 +35,10 @@ import (
 // between the op's deletion and its record write must not leave the
 // record naming a deleted version. A block quarantined again before the
 // op keeps its mark; one quarantined again after the deletion gets a new
-// one. Another tool's mark is the block's: the op neither deletes nor
-// forgets it.
+// one, even when the op died there and its redelivery, finding the block
+// quarantined, was dropped (the quarantine's NO_COMPACT op finds the
+// named mark gone). Another tool's mark is the block's: the op neither
+// deletes nor forgets it.
 func TestReleasedBlockLosesItsMarkWhenClaimedFirst(t *testing.T) {
 	const (
 		removed   = "removed"   // the mark and its global marker are gone, and the record names neither
@@ -48,6 +51,9 @@ func TestReleasedBlockLosesItsMarkWhenClaimedFirst(t *testing.T) {
 		beforeOp func(c *unmarkCase)
 		// midOp runs between the op's S3 deletions and its record write.
 		midOp func(c *unmarkCase)
+		// diesThere: the op dies right after midOp; afterCrash runs next.
+		diesThere  bool
+		afterCrash func(c *unmarkCase, op messages.BlockOp)
 		// foreign: another tool's no-compact mark was in the bucket
 		// before the quarantine's; the block keeps it.
 		foreign bool
@@ -59,6 +65,12 @@ func TestReleasedBlockLosesItsMarkWhenClaimedFirst(t *testing.T) {
 		{name: "quarantined again before the op", beforeOp: func(c *unmarkCase) { c.quarantine() }, want: kept},
 		{name: "quarantined again between its deletion and its record", midOp: func(c *unmarkCase) { c.quarantine() }, want: rewritten},
 		{name: "another tool's mark", foreign: true, want: kept},
+		{name: "died between its deletion and its record, delivered again once quarantined again", diesThere: true,
+			afterCrash: func(c *unmarkCase, op messages.BlockOp) {
+				c.quarantine()
+				c.execute(op, nil) // dropped: it does not act on a quarantined block
+				c.execute(messages.BlockOp{Op: messages.OpNoCompact, Tenant: "acme", Block: c.id, Gen: c.block().Gen}, nil)
+			}, want: rewritten},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -84,17 +96,30 @@ func TestReleasedBlockLosesItsMarkWhenClaimedFirst(t *testing.T) {
 			if tc.beforeOp != nil {
 				tc.beforeOp(c)
 			}
-			mid := tc.midOp
-			c.execute(messages.BlockOp{Op: messages.OpUnmarkNoCompact, Tenant: "acme", Block: c.id, Gen: releaseGen},
-				func(ctx context.Context, step pipeline.Step, _ string) error {
-					if step == "uploader.no-compact-mark-deleted" && mid != nil {
-						mid(c)
-						mid = nil
-					}
+			mid, reached := tc.midOp, false
+			errCrash := errors.New("injected: the op dies between its deletion and its record write")
+			unmark := messages.BlockOp{Op: messages.OpUnmarkNoCompact, Tenant: "acme", Block: c.id, Gen: releaseGen}
+			err = c.run(unmark, func(ctx context.Context, step pipeline.Step, _ string) error {
+				if step != "uploader.no-compact-mark-deleted" || reached {
 					return nil
-				})
-			if mid != nil {
+				}
+				reached = true
+				if mid != nil {
+					mid(c)
+				}
+				if tc.diesThere {
+					return errCrash
+				}
+				return nil
+			})
+			if !reached && (mid != nil || tc.diesThere) {
 				t.Fatal("the op never reached the step between its deletion and its record write: nothing was tested")
+			}
+			if tc.diesThere != errors.Is(err, errCrash) {
+				t.Fatalf("%s: %v", unmark.Op, err)
+			}
+			if tc.afterCrash != nil {
+				tc.afterCrash(c, unmark)
 			}
 			switch b := c.block(); tc.want {
 			case kept:
@@ -125,6 +150,10 @@ func TestReleasedBlockLosesItsMarkWhenClaimedFirst(t *testing.T) {
 					!c.hasVersion(c.markKey, b.NoCompactMarkVersionID) || c.hasVersion(c.markKey, q.NoCompactMarkVersionID) {
 					t.Errorf("the block quarantined again (%s) names mark %q, want a new one in the bucket and the old %q gone",
 						b.State, b.NoCompactMarkVersionID, q.NoCompactMarkVersionID)
+				}
+				if b.GlobalNoCompactVersionID == "" || !c.hasVersion(c.globalKey, b.GlobalNoCompactVersionID) || c.hasVersion(c.globalKey, q.GlobalNoCompactVersionID) {
+					t.Errorf("global marker: the record names %q, want a new one in the bucket and the old %q gone",
+						b.GlobalNoCompactVersionID, q.GlobalNoCompactVersionID)
 				}
 			}
 		})
@@ -242,11 +271,16 @@ func (c *unmarkCase) putForeignMark() {
 // its steps.
 func (c *unmarkCase) execute(op messages.BlockOp, hook pipeline.Hook) {
 	c.t.Helper()
-	deps := *c.w.Pipeline.Deps
-	deps.Hook = hook
-	if err := (pipeline.Uploader{Deps: &deps}).Execute(c.ctx, op); err != nil {
+	if err := c.run(op, hook); err != nil {
 		c.t.Fatalf("%s: %v", op.Op, err)
 	}
+}
+
+// run is execute returning the op's error.
+func (c *unmarkCase) run(op messages.BlockOp, hook pipeline.Hook) error {
+	deps := *c.w.Pipeline.Deps
+	deps.Hook = hook
+	return (pipeline.Uploader{Deps: &deps}).Execute(c.ctx, op)
 }
 
 func (c *unmarkCase) versions(key string) int {
