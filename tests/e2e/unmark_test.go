@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -133,8 +134,8 @@ func TestReleasedBlockLosesItsMarkWhenClaimedFirst(t *testing.T) {
 					t.Errorf("the record (%s at gen %d) still names the mark %q / global marker %q", b.State, b.Gen, b.NoCompactMarkVersionID, b.GlobalNoCompactVersionID)
 				}
 				for _, key := range []string{c.markKey, c.globalKey} {
-					if n := c.versions(key); n != 0 {
-						t.Errorf("%s: %d version(s) left in the bucket after the op, want none", key, n)
+					if vids := c.versions(key); len(vids) != 0 {
+						t.Errorf("%s: version(s) %v left in the bucket after the op, want none", key, vids)
 					}
 				}
 			case rewritten:
@@ -283,31 +284,23 @@ func (c *unmarkCase) run(op messages.BlockOp, hook pipeline.Hook) error {
 	return (pipeline.Uploader{Deps: &deps}).Execute(c.ctx, op)
 }
 
-func (c *unmarkCase) versions(key string) int {
+// versions lists the versions of key in the bucket.
+func (c *unmarkCase) versions(key string) []string {
 	c.t.Helper()
 	res, err := c.w.Env.Clients.S3.ListObjectVersions(c.ctx, &s3.ListObjectVersionsInput{Bucket: aws.String(c.w.Config.Bucket), Prefix: aws.String(key)})
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	n := 0
+	var vids []string
 	for _, v := range res.Versions {
 		if aws.ToString(v.Key) == key {
-			n++
+			vids = append(vids, aws.ToString(v.VersionId))
 		}
 	}
-	return n
+	return vids
 }
 
 func (c *unmarkCase) hasVersion(key, vid string) bool {
 	c.t.Helper()
-	res, err := c.w.Env.Clients.S3.ListObjectVersions(c.ctx, &s3.ListObjectVersionsInput{Bucket: aws.String(c.w.Config.Bucket), Prefix: aws.String(key)})
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	for _, v := range res.Versions {
-		if aws.ToString(v.Key) == key && aws.ToString(v.VersionId) == vid {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(c.versions(key), vid)
 }
