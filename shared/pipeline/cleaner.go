@@ -389,8 +389,7 @@ func (c Cleaner) quarantine(ctx context.Context, head records.Group) error {
 			return err
 		}
 		if ok && b.State == protocol.BlockClaimed && b.ClaimedBy == head.Ref() {
-			gen, err := c.records().QuarantineSource(ctx, head, b, reason, now)
-			if err != nil {
+			if _, err := c.records().QuarantineSource(ctx, head, b, reason, now); err != nil {
 				if records.IsConditionLost(err) {
 					log.InfoContext(ctx, "quarantine lost its condition; someone else moved the group", "lost", err)
 					return nil
@@ -400,10 +399,7 @@ func (c Cleaner) quarantine(ctx context.Context, head records.Group) error {
 			log.ErrorContext(ctx, "source block quarantined; the group re-plans without it", "block", b.ID, "reason", reason)
 			metrics.From(ctx).Add(metrics.Quarantines, 1, head.Tenant, "block")
 			if err := c.step(ctx, "cleaner.after-quarantine-source", b.Key()); err != nil {
-				return err // the superseded version's cleanup sends the op again
-			}
-			if err := c.Send.Op(ctx, messages.BlockOp{Op: messages.OpNoCompact, Tenant: b.Tenant, Block: b.ID, Gen: gen}); err != nil {
-				return err
+				return err // the superseded version's cleanup sends the op
 			}
 			head.State = protocol.GroupSuperseded
 			return c.cleanupSuperseded(ctx, head)

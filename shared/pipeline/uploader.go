@@ -188,14 +188,13 @@ func (u Uploader) markNoCompact(ctx context.Context, k blockkey.Key, b records.B
 // the release's gen or later (protocol.OpActs), since the release's own
 // planning may claim the block first.
 //
-// A write of the block's state between the read and the record's write
-// (that claim; or, while the op stalls, the block's quarantine again)
-// makes the write lose with the versions already deleted. The block is
-// read again and, while its record still names the deleted mark, the
-// removal is recorded at its new gen: a record never names a version no
-// longer in the bucket. A block quarantined again then needs a mark of its
-// own, and its NO_COMPACT op may have found the deleted one still named
-// and written none: a new op is sent.
+// A claim between the read and the record's write makes the write lose
+// with the versions already deleted: the block is read again and, while
+// the op still acts on it and its record names the deleted mark, the
+// removal is recorded at its new gen, so the record never names a version
+// no longer in the bucket. A block quarantined again meanwhile is left
+// naming it: the quarantine's NO_COMPACT op, which its version's cleanup
+// sends, finds the mark gone and writes a new one (markNoCompact).
 func (u Uploader) unmarkNoCompact(ctx context.Context, k blockkey.Key, op messages.BlockOp, b records.Block, log *slog.Logger) error {
 	vid := b.NoCompactMarkVersionID
 	if vid == "" || !b.NoCompactMarkOurs {
@@ -215,10 +214,6 @@ func (u Uploader) unmarkNoCompact(ctx context.Context, k blockkey.Key, op messag
 		err := u.records().ForgetNoCompactMark(ctx, b.Tenant, b.ID, b.State, b.Gen, vid, u.now())
 		if err == nil {
 			log.InfoContext(ctx, "no-compact mark removed from a released block", "state", b.State, "recordGen", b.Gen)
-			if b.State == protocol.BlockQuarantined {
-				log.WarnContext(ctx, "the block was quarantined again while its old mark was removed; its mark is written again", "recordGen", b.Gen)
-				return u.Send.Op(ctx, messages.BlockOp{Op: messages.OpNoCompact, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen})
-			}
 			return nil
 		}
 		if !records.IsConditionLost(err) || round == maxUnmarkRounds {
@@ -228,27 +223,19 @@ func (u Uploader) unmarkNoCompact(ctx context.Context, k blockkey.Key, op messag
 		if b, known, err = u.records().GetBlock(ctx, op.Tenant, op.Block); err != nil {
 			return err
 		}
-		if !known || b.NoCompactMarkVersionID != vid || !forgettable(b.State) {
-			log.InfoContext(ctx, "block moved on while its no-compact mark was removed; the record no longer needs forgetting it",
+		if acts, _ := protocol.OpActs(op.Op, op.Gen, b.State, b.Gen); !known || !acts || b.NoCompactMarkVersionID != vid {
+			log.InfoContext(ctx, "block moved on while its no-compact mark was removed; its record is left as it is",
 				"recordGen", b.Gen, "recordState", b.State)
 			return nil
 		}
-		log.InfoContext(ctx, "block moved on while its no-compact mark was removed; recording the removal at its new gen",
+		log.InfoContext(ctx, "block claimed while its no-compact mark was removed; recording the removal at its new gen",
 			"recordGen", b.Gen, "recordState", b.State)
 	}
 }
 
-// forgettable reports whether a record in state that names a deleted
-// no-compact mark forgets it (protocol.ForgetNoCompact). A RETIRING or
-// DELETED block's DELETE op deletes every version its record names, gone
-// ones included.
-func forgettable(state protocol.BlockState) bool {
-	return protocol.MustLookup(protocol.ForgetNoCompact).Leaves(string(state))
-}
-
 // maxUnmarkRounds bounds the re-reads of an UNMARK_NO_COMPACT whose record
-// write lost: each loss is a claim or a quarantine of the block, and the
-// block changes state so only once per version. Past it the op fails and
+// write lost: each loss is a claim (or its release) of the block, which
+// happens once per version. Past it the op fails and
 // SQS delivers it again.
 const maxUnmarkRounds = 3
 

@@ -119,11 +119,16 @@ func (d *Deps) cleanupSuperseded(ctx context.Context, head records.Group) error 
 			if err := d.versionRecords().ReleaseClaim(ctx, head.Ref(), b, now); err != nil && !records.IsConditionLost(err) {
 				return err
 			}
-		case b.State == protocol.BlockQuarantined && b.NoCompactMarkVersionID == "":
+		case b.State == protocol.BlockQuarantined:
 			// Quarantined as this version's blamed source, in the
-			// transaction that superseded it: the cleaner that committed it
-			// may have died before sending the op that writes its
-			// no-compact mark (chaos seed 106). The op is idempotent.
+			// transaction that superseded it: this cleanup sends the op
+			// that writes its no-compact mark, on every run (the cleaner
+			// that committed the quarantine may have died before it; chaos
+			// seed 106). Sent even when a mark is named: the removal of an
+			// earlier release's mark may have deleted it and lost its
+			// record write to this quarantine, and the op checks a named
+			// mark of Sluice's (one HEAD) and writes a new one if it is
+			// gone. The op is idempotent.
 			marks = append(marks, messages.BlockOp{Op: messages.OpNoCompact, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen})
 		}
 	}

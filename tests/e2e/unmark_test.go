@@ -36,9 +36,9 @@ import (
 // between the op's deletion and its record write must not leave the
 // record naming a deleted version. A block quarantined again before the
 // op keeps its mark; one quarantined again after the deletion gets a new
-// one, even when the op died there and its redelivery, finding the block
-// quarantined, was dropped (the quarantine's NO_COMPACT op finds the
-// named mark gone). Another tool's mark is the block's: the op neither
+// one (the quarantine's NO_COMPACT op, which its version's cleanup sends,
+// finds the named mark gone), also when the op died there and its
+// redelivery, finding the block quarantined, was dropped. Another tool's mark is the block's: the op neither
 // deletes nor forgets it.
 func TestReleasedBlockLosesItsMarkWhenClaimedFirst(t *testing.T) {
 	const (
@@ -70,7 +70,6 @@ func TestReleasedBlockLosesItsMarkWhenClaimedFirst(t *testing.T) {
 			afterCrash: func(c *unmarkCase, op messages.BlockOp) {
 				c.quarantine()
 				c.execute(op, nil) // dropped: it does not act on a quarantined block
-				c.execute(messages.BlockOp{Op: messages.OpNoCompact, Tenant: "acme", Block: c.id, Gen: c.block().Gen}, nil)
 			}, want: rewritten},
 	}
 	for _, tc := range tests {
@@ -139,10 +138,13 @@ func TestReleasedBlockLosesItsMarkWhenClaimedFirst(t *testing.T) {
 					}
 				}
 			case rewritten:
-				// The op asked for a new mark: the pipeline writes it.
+				// The cleanup of the version that quarantined the block, as
+				// the cleaner runs it right after the quarantine, sends the
+				// NO_COMPACT op; the pipeline runs it.
+				c.cleanup()
 				if err := c.w.Pipeline.Settle(c.ctx, time.Second, time.Minute, func(ctx context.Context) (bool, error) {
 					b, _, err := c.w.Store.GetBlock(ctx, "acme", c.id)
-					return b.NoCompactMarkVersionID != "", err
+					return b.NoCompactMarkVersionID != "" && b.NoCompactMarkVersionID != q.NoCompactMarkVersionID, err
 				}); err != nil {
 					t.Fatalf("no new mark was recorded for the block quarantined again: %v", err)
 				}
@@ -252,6 +254,15 @@ func (c *unmarkCase) quarantine() {
 		c.t.Fatal(err)
 	}
 	c.head.State = protocol.GroupSuperseded
+}
+
+// cleanup runs the cleaner on the group's superseded version, as it does
+// right after a quarantine.
+func (c *unmarkCase) cleanup() {
+	c.t.Helper()
+	if err := (pipeline.Cleaner{Deps: c.w.Pipeline.Deps}).Advance(c.ctx, "acme", c.key, false); err != nil {
+		c.t.Fatal(err)
+	}
 }
 
 // putForeignMark writes a no-compact mark as another tool would, before
