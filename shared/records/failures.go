@@ -197,10 +197,11 @@ func (st *Store) RecordNoCompactMark(ctx context.Context, tenant, id string, gen
 	return st.writeBlock(ctx, "no-compact mark of "+b.Key(), protocol.RecordNoCompact, b, expect{}, now, set, "", vals)
 }
 
-// ForgetNoCompactMark records that the uploader deleted Sluice's
-// no-compact mark of a released block, read (from) LIVE, CLAIMED, or
-// QUARANTINED again meanwhile, at gen: the record no longer names that
-// version.
+// ForgetNoCompactMark records that Sluice's no-compact mark, version vid,
+// is gone from the bucket, for a block read (from) at gen: LIVE or CLAIMED
+// when the uploader removed it after a release, QUARANTINED when a
+// NO_COMPACT op found it deleted by such a removal. The record no longer
+// names that version.
 func (st *Store) ForgetNoCompactMark(ctx context.Context, tenant, id string, from protocol.BlockState, gen int64, vid string, now time.Time) error {
 	b := Block{Tenant: tenant, ID: id, Gen: gen}
 	return st.writeBlock(ctx, "forget no-compact mark of "+b.Key(), protocol.ForgetNoCompact, b, expect{from: string(from), vid: vid}, now,
