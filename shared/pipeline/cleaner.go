@@ -45,9 +45,9 @@ type cleanerRecords interface {
 	PutAgenda(ctx context.Context, k records.AgendaKind, due time.Time, tenant, subject string) error
 	QuarantineGroup(ctx context.Context, g records.Group, reason string, now time.Time) error
 	QuarantineSource(ctx context.Context, g records.Group, b records.Block, reason string, now time.Time) (int64, error)
-	Retire(ctx context.Context, ref string, b records.Block, retireAt, now time.Time) (int64, error)
+	RetireAll(ctx context.Context, ref string, bs []records.Block, retireAt, now time.Time) ([]int64, []error)
 	SetGroupState(ctx context.Context, g records.Group, from, to protocol.GroupState, now time.Time) error
-	StartDelete(ctx context.Context, b records.Block, ranges []planning.GroupKey, now time.Time) (int64, error)
+	StartDeleteAll(ctx context.Context, ds []records.DeletionStart, now time.Time) ([]int64, []error)
 	Supersede(ctx context.Context, g records.Group, from protocol.GroupState, reason string, now time.Time) error
 }
 
@@ -272,7 +272,10 @@ func (c Cleaner) publishOutputs(ctx context.Context, outs []records.Block, now t
 // retireSources moves the version's sources to RETIRING and sends their
 // MARK ops (again for those retiring with no mark recorded).
 func (c Cleaner) retireSources(ctx context.Context, head records.Group, srcs []records.Block, now time.Time, log *slog.Logger) error {
-	var ops []messages.BlockOp
+	var (
+		ops    []messages.BlockOp
+		retire []records.Block
+	)
 	for _, b := range srcs {
 		switch {
 		case head.Key.IsDownsample() && b.ID == head.Key.Block:
@@ -286,27 +289,32 @@ func (c Cleaner) retireSources(ctx context.Context, head records.Group, srcs []r
 			if err := c.step(ctx, "cleaner.before-retire", b.Key()); err != nil {
 				return err
 			}
-			gen, err := c.records().Retire(ctx, head.Ref(), b, c.markDue(now), now)
-			if err != nil {
-				if !records.IsConditionLost(err) {
-					return err
-				}
-				// A rival retired it and may die before its MARK op goes
-				// out: look again, and send the MARK while none is recorded.
-				log.InfoContext(ctx, "retiring a source lost its condition", "block", b.ID, "lost", err)
-				cur, ok, err := c.records().GetBlock(ctx, b.Tenant, b.ID)
-				if err != nil {
-					return err
-				}
-				if !ok || cur.State != protocol.BlockRetiring || cur.MarkVersionID != "" {
-					continue
-				}
-				gen = cur.Gen
-			}
-			ops = append(ops, messages.BlockOp{Op: messages.OpMark, Tenant: b.Tenant, Block: b.ID, Gen: gen})
+			retire = append(retire, b)
 		case b.State == protocol.BlockRetiring && b.MarkVersionID == "":
 			ops = append(ops, messages.BlockOp{Op: messages.OpMark, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen})
 		}
+	}
+	// One request retires them all, unless a rival moved one of them.
+	gens, errs := c.records().RetireAll(ctx, head.Ref(), retire, c.markDue(now), now)
+	for i, b := range retire {
+		gen, err := gens[i], errs[i]
+		if err != nil {
+			if !records.IsConditionLost(err) {
+				return err
+			}
+			// A rival retired it and may die before its MARK op goes
+			// out: look again, and send the MARK while none is recorded.
+			log.InfoContext(ctx, "retiring a source lost its condition", "block", b.ID, "lost", err)
+			cur, ok, err := c.records().GetBlock(ctx, b.Tenant, b.ID)
+			if err != nil {
+				return err
+			}
+			if !ok || cur.State != protocol.BlockRetiring || cur.MarkVersionID != "" {
+				continue
+			}
+			gen = cur.Gen
+		}
+		ops = append(ops, messages.BlockOp{Op: messages.OpMark, Tenant: b.Tenant, Block: b.ID, Gen: gen})
 	}
 	// A retirement whose MARK does not go out (a crash) is re-driven: a
 	// RETIRING source with no mark recorded gets its op again.
@@ -577,26 +585,45 @@ func (c Cleaner) deleteRetired(ctx context.Context, entries []records.AgendaEntr
 	var (
 		mu sync.Mutex
 		// done are the entries finished once ops go out; settled those
-		// finished whatever happens to the ops.
+		// finished whatever happens to the ops; starts the blocks whose
+		// deletion starts now, and their entries.
 		ops           []messages.BlockOp
 		done, settled []records.AgendaEntry
+		starts        []records.DeletionStart
+		startEntries  []records.AgendaEntry
 	)
 	errs := forEach(ctx, entries, max(c.Config.SweepParallelism, 1), func(ctx context.Context, e records.AgendaEntry) error {
 		b, ok := blocks[e.Tenant+"/"+e.Subject]
-		op, finished, err := c.deleteOne(ctx, e, b, ok)
+		d, err := c.deleteOne(ctx, e, b, ok)
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
-		case op != nil:
-			ops = append(ops, *op)
-			if finished {
+		case d.start:
+			starts = append(starts, records.DeletionStart{Block: b, Ranges: c.Config.Policy.MemberRanges(b.Stream, b.Level, b.MinT, b.MaxT)})
+			startEntries = append(startEntries, e)
+		case d.op != nil:
+			ops = append(ops, *d.op)
+			if d.finished {
 				done = append(done, e)
 			}
-		case finished:
+		case d.finished:
 			settled = append(settled, e)
 		}
 		return err
 	})
+	// One request starts every due deletion, unless a rival moved one.
+	gens, serrs := c.records().StartDeleteAll(ctx, starts, c.now())
+	for i, s := range starts {
+		switch err := serrs[i]; {
+		case err == nil:
+			ops = append(ops, messages.BlockOp{Op: messages.OpDelete, Tenant: s.Block.Tenant, Block: s.Block.ID, Gen: gens[i]})
+			done = append(done, startEntries[i])
+		case records.IsConditionLost(err):
+			// A rival sweep moved it; the next sweep sees where it is.
+		default:
+			errs = append(errs, err)
+		}
+	}
 	if err := c.Send.Ops(ctx, ops); err != nil {
 		// The entries whose ops did not go out stay, and are re-driven.
 		errs, done = append(errs, err), nil
@@ -607,36 +634,37 @@ func (c Cleaner) deleteRetired(ctx context.Context, entries []records.AgendaEntr
 	return errs
 }
 
-// deleteOne decides a due DEL entry of block b (ok: its record exists):
-// the op to send, and whether the entry is done once it is sent.
-func (c Cleaner) deleteOne(ctx context.Context, e records.AgendaEntry, b records.Block, ok bool) (*messages.BlockOp, bool, error) {
+// deletion is what the sweep does with a due DEL entry: the op to send
+// (nil: none), or start the block's deletion first and then send its
+// DELETE (start); and whether the entry is done once the op is sent.
+type deletion struct {
+	op       *messages.BlockOp
+	start    bool
+	finished bool
+}
+
+// deleteOne decides a due DEL entry of block b (ok: its record exists).
+func (c Cleaner) deleteOne(ctx context.Context, e records.AgendaEntry, b records.Block, ok bool) (deletion, error) {
 	now := c.now()
 	switch {
 	case !ok || (b.State != protocol.BlockRetiring && b.State != protocol.BlockDeleted):
-		return nil, true, nil
+		return deletion{finished: true}, nil
 	case b.State == protocol.BlockRetiring && b.MarkVersionID == "":
 		c.Logger.WarnContext(ctx, "retired block has no recorded deletion mark yet; sending its MARK again", logattr.Block(b.Tenant, b.ID), "gen", b.Gen)
-		return &messages.BlockOp{Op: messages.OpMark, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen}, false, nil
+		return deletion{op: &messages.BlockOp{Op: messages.OpMark, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen}}, nil
 	case b.State == protocol.BlockRetiring && now.UnixMilli() < b.MarkedAt+c.Config.DeletionDelay.Milliseconds():
 		due := time.UnixMilli(b.MarkedAt + c.Config.DeletionDelay.Milliseconds())
 		if err := c.records().PutAgenda(ctx, records.AgendaDelete, due, b.Tenant, b.ID); err != nil {
-			return nil, false, err
+			return deletion{}, err
 		}
-		return nil, !due.Equal(e.Due), nil
+		return deletion{finished: !due.Equal(e.Due)}, nil
 	case b.State == protocol.BlockRetiring:
 		if err := c.step(ctx, "cleaner.before-delete", b.Key()); err != nil {
-			return nil, false, err
+			return deletion{}, err
 		}
-		gen, err := c.records().StartDelete(ctx, b, c.Config.Policy.MemberRanges(b.Stream, b.Level, b.MinT, b.MaxT), now)
-		if err != nil {
-			if records.IsConditionLost(err) {
-				return nil, false, nil // a rival sweep moved it; the next sweep sees where it is
-			}
-			return nil, false, err
-		}
-		b.Gen = gen
+		return deletion{start: true}, nil
 	}
-	return &messages.BlockOp{Op: messages.OpDelete, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen}, true, nil
+	return deletion{op: &messages.BlockOp{Op: messages.OpDelete, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen}, finished: true}, nil
 }
 
 func (c Cleaner) secondOrphanSweep(ctx context.Context, e records.AgendaEntry) error {

@@ -44,12 +44,12 @@ func (c Compact) records() jobRecords { return c.Store }
 // its version, sources and stream, and the lease, commit and failure of
 // its partitions. Nothing else — a job never touches blocks' states.
 type jobRecords interface {
-	GetGroup(ctx context.Context, tenant string, g planning.GroupKey) (records.Group, bool, error)
 	GetBlocks(ctx context.Context, tenant string, ids []string) ([]records.Block, error)
 	GetStream(ctx context.Context, tenant, id string) (records.StreamRecord, bool, error)
 	Partitions(ctx context.Context, tenant string, g planning.GroupKey, v int64) ([]records.Partition, error)
-	Lease(ctx context.Context, tenant string, g planning.GroupKey, v int64, p int, owner string, now, leaseUntil time.Time, maxFailures int) (int, error)
+	Lease(ctx context.Context, tenant string, g planning.GroupKey, v int64, p int, owner string, now, leaseUntil time.Time, maxFailures int) (records.JobView, error)
 	LeaseAll(ctx context.Context, tenant string, g planning.GroupKey, v int64, parts []records.Partition, owner string, now, leaseUntil time.Time, maxFailures int) ([]int, error)
+	ReadJob(ctx context.Context, tenant string, g planning.GroupKey, v int64, p int) (records.JobView, error)
 	CommitAll(ctx context.Context, tenant string, g planning.GroupKey, v int64, owner string, parts []records.Committed, now time.Time) error
 	RecordFailureAll(ctx context.Context, tenant string, g planning.GroupKey, v int64, ps []int, owner string, f records.Failure, now time.Time) error
 }
@@ -119,7 +119,7 @@ func (c Compact) Run(ctx context.Context, job messages.Job) error {
 	if err := c.step(ctx, "compact.before-lease", ref); err != nil {
 		return err
 	}
-	parts, attempt, err := c.lease(ctx, job, g, owner, now)
+	parts, view, err := c.lease(ctx, job, g, owner, now)
 	if err != nil {
 		if errors.Is(err, records.ErrAttemptsExhausted) {
 			log.WarnContext(ctx, "the version's jobs failed too often; not running again, the cleaner quarantines", "err", err)
@@ -135,16 +135,13 @@ func (c Compact) Run(ctx context.Context, job messages.Job) error {
 		log.InfoContext(ctx, "job not taken: every partition of the split is done or leased by a live worker")
 		return nil
 	}
-	log = log.With("attempt", attempt, "owner", owner)
+	log = log.With("attempt", view.attempt, "owner", owner)
 	if len(parts) > 1 {
 		log = log.With("partitions", parts)
 	}
 	log.InfoContext(ctx, "lease taken")
-	head, ok, err := c.records().GetGroup(ctx, job.Tenant, g)
-	if err != nil {
-		return err
-	}
-	if !ok || head.Version != job.Version {
+	head := view.Head
+	if !view.HeadFound || head.Version != job.Version {
 		log.InfoContext(ctx, "version moved on after the lease; stopping")
 		return nil
 	}
@@ -163,11 +160,12 @@ func (c Compact) Run(ctx context.Context, job messages.Job) error {
 	}
 	work, stop := c.workContext(ctx)
 	started := time.Now()
-	run := c.compact
+	var outs []records.Committed
 	if g.IsDownsample() {
-		run = c.downsample
+		outs, err = c.downsample(work, head, parts, srcs, log)
+	} else {
+		outs, err = c.compact(work, head, view.streamRecord(), parts, srcs, log)
 	}
-	outs, err := run(work, head, parts, srcs, log)
 	f, counted := c.classify(ctx, work, err)
 	stop()
 	if err != nil {
@@ -212,30 +210,48 @@ func (c Compact) Run(ctx context.Context, job messages.Job) error {
 
 // lease takes the job's partition, or for a split every partition it can
 // (one job writes them all), and returns them with the attempt number.
-func (c Compact) lease(ctx context.Context, job messages.Job, g planning.GroupKey, owner string, now time.Time) ([]int, int, error) {
+func (c Compact) lease(ctx context.Context, job messages.Job, g planning.GroupKey, owner string, now time.Time) ([]int, leasedJob, error) {
 	until := now.Add(c.Config.LeaseDuration)
 	if !g.IsSplit() {
-		attempt, err := c.records().Lease(ctx, job.Tenant, g, job.Version, job.Partition, owner, now, until, c.Config.MaxJobAttempts)
+		jv, err := c.records().Lease(ctx, job.Tenant, g, job.Version, job.Partition, owner, now, until, c.Config.MaxJobAttempts)
 		if err != nil {
-			return nil, 0, err
+			return nil, leasedJob{}, err
 		}
-		return []int{job.Partition}, attempt, nil
+		return []int{job.Partition}, leasedJob{JobView: jv, attempt: jv.Partition.Attempt}, nil
 	}
 	parts, err := c.records().Partitions(ctx, job.Tenant, g, job.Version)
 	if err != nil {
-		return nil, 0, err
+		return nil, leasedJob{}, err
 	}
 	leased, err := c.records().LeaseAll(ctx, job.Tenant, g, job.Version, parts, owner, now, until, c.Config.MaxJobAttempts)
 	if err != nil || len(leased) == 0 {
-		return nil, 0, err
+		return nil, leasedJob{}, err
 	}
-	attempt := 0
+	lj := leasedJob{}
 	for _, p := range parts {
 		if slices.Contains(leased, p.Index) {
-			attempt = max(attempt, p.Attempt+1)
+			lj.attempt = max(lj.attempt, p.Attempt+1)
 		}
 	}
-	return leased, attempt, nil
+	if lj.JobView, err = c.records().ReadJob(ctx, job.Tenant, g, job.Version, -1); err != nil {
+		return nil, leasedJob{}, err
+	}
+	return leased, lj, nil
+}
+
+// leasedJob is what a job read once it held its lease, and the attempt it
+// runs.
+type leasedJob struct {
+	records.JobView
+	attempt int
+}
+
+// streamRecord is the record of the job's stream, nil when it has none.
+func (lj leasedJob) streamRecord() *records.StreamRecord {
+	if !lj.StreamFound {
+		return nil
+	}
+	return &lj.Stream
 }
 
 // fits sizes the job before it reads anything (planning.Estimate over the
@@ -379,8 +395,8 @@ func (c Compact) owner() string {
 // each output's index and returns the partitions' commits: each output's
 // PENDING record, nil for an empty partition. No chunk touches the disk.
 // The scratch directory is removed on every path.
-func (c Compact) compact(ctx context.Context, head records.Group, parts []int, srcs []records.Block, log jobLog) ([]records.Committed, error) {
-	st, err := c.stream(ctx, head, srcs)
+func (c Compact) compact(ctx context.Context, head records.Group, sr *records.StreamRecord, parts []int, srcs []records.Block, log jobLog) ([]records.Committed, error) {
+	st, err := c.stream(head, sr, srcs)
 	if err != nil {
 		return nil, err
 	}
@@ -489,8 +505,9 @@ type jobLog interface {
 
 // stream is the stream the version's output carries: its labels (without
 // the replica labels) and resolution, as recorded when the stream's first
-// block came. Sources of another stream are refused.
-func (c Compact) stream(ctx context.Context, head records.Group, srcs []records.Block) (stream.Stream, error) {
+// block came (sr, read with the job; nil: no record). Sources of another
+// stream are refused.
+func (c Compact) stream(head records.Group, sr *records.StreamRecord, srcs []records.Block) (stream.Stream, error) {
 	if len(srcs) == 0 {
 		return stream.Stream{}, fmt.Errorf("version %s has no sources", head.Ref())
 	}
@@ -499,11 +516,7 @@ func (c Compact) stream(ctx context.Context, head records.Group, srcs []records.
 			return stream.Stream{}, jobError{fmt.Errorf("version %s: source %s is of stream %s, not the group's: refusing to mix streams", head.Ref(), b.Key(), b.Stream)}
 		}
 	}
-	sr, ok, err := c.records().GetStream(ctx, head.Tenant, head.Key.Stream)
-	if err != nil {
-		return stream.Stream{}, err
-	}
-	if !ok {
+	if sr == nil {
 		return stream.Stream{}, fmt.Errorf("version %s: stream %s has no record", head.Ref(), head.Key.Stream)
 	}
 	return sr.Stream(), nil

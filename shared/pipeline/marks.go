@@ -45,9 +45,12 @@ var errMarkNotYet = errors.New("the block is not settled yet; the mark is honour
 // QUARANTINED, and nothing is done.
 func (p Planner) handleMark(ctx context.Context, k blockkey.Key, vid string, ask planAsks) error {
 	log := p.Logger.With(logattr.Block(k.Tenant, k.Block.String()), "mark", k.File)
-	b, known, err := p.records().GetBlock(ctx, k.Tenant, k.Block.String())
-	if err != nil {
-		return err
+	var err error
+	b, known := ask.markedBlock(k.Tenant, k.Block.String())
+	if !known {
+		if b, known, err = p.records().GetBlock(ctx, k.Tenant, k.Block.String()); err != nil {
+			return err
+		}
 	}
 	if !known {
 		// The block's meta.json event may be on its way, or its

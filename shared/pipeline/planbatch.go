@@ -10,9 +10,11 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/logattr"
 	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/records"
+	"github.com/sluice-dev/sluice/shared/s3event"
 )
 
 // planBatch is the planning one batch of block events asks for. Each
@@ -41,6 +43,9 @@ type planBatch struct {
 	groups []*batchGroup
 	byKey  map[batchGroupKey]*batchGroup
 	blocks []batchBlock
+	// marked are the records of the blocks whose marks the batch's
+	// events name, read together before any message (readMarked).
+	marked map[string]records.Block
 }
 
 type batchGroupKey struct{ tenant, group string }
@@ -74,6 +79,16 @@ type planAsks struct {
 
 func (q *planBatch) asks(msg string) planAsks { return planAsks{batch: q, msg: msg} }
 
+// markedBlock is the record of block id of tenant as the batch read it
+// before its first message (ok: read and registered then). Each record is
+// handed out once: a second mark of the block reads it anew.
+func (a planAsks) markedBlock(tenant, id string) (b records.Block, ok bool) {
+	k := tenant + "/" + id
+	b, ok = a.batch.marked[k]
+	delete(a.batch.marked, k)
+	return b, ok
+}
+
 // group asks for group g of tenant to be planned.
 func (a planAsks) group(tenant string, g planning.GroupKey) {
 	a.batch.add(tenant, g, a.msg)
@@ -106,6 +121,7 @@ func (p Planner) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 	ctx, emit := p.measured(ctx)
 	defer emit()
 	q := newPlanBatch()
+	q.marked = p.readMarked(ctx, ev)
 	resp := eachMessage(ctx, p.Logger, "planner", ev, func(ctx context.Context, m events.SQSMessage) error {
 		return p.handleMessage(ctx, m, q.asks(m.MessageId))
 	})
@@ -120,6 +136,50 @@ func (p Planner) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 		}
 	}
 	return resp, nil
+}
+
+// readMarked reads the records of the blocks whose marks the batch's S3
+// events name, in one BatchGetItem per tenant. Most are Sluice's own
+// deletion marks, written for a batch of retired sources and notified
+// together: each would otherwise cost a read of its own to find that
+// nothing is to be done. A record read here is one read earlier than
+// handleMark's own would be, and every write handleMark makes is fenced
+// on what it read, as after any read. A failed read is logged and left to
+// handleMark.
+func (p Planner) readMarked(ctx context.Context, ev events.SQSEvent) map[string]records.Block {
+	byTenant := map[string][]string{}
+	var tenants []string
+	for _, m := range ev.Records {
+		objs, err := s3event.Decode([]byte(m.Body))
+		if err != nil {
+			continue // a Sluice message, or malformed: its own handling says so
+		}
+		for _, o := range objs {
+			k, err := blockkey.Parse(o.Key, p.Config.Layout)
+			if err != nil || (k.File != blockkey.DeletionMarkFile && k.File != blockkey.NoCompactMarkFile) {
+				continue
+			}
+			if _, ok := byTenant[k.Tenant]; !ok {
+				tenants = append(tenants, k.Tenant)
+			}
+			byTenant[k.Tenant] = append(byTenant[k.Tenant], k.Block.String())
+		}
+	}
+	marked := map[string]records.Block{}
+	for _, tenant := range tenants {
+		if len(byTenant[tenant]) < 2 {
+			continue // no cheaper than handleMark's own read
+		}
+		bs, err := p.records().GetBlocks(ctx, tenant, byTenant[tenant])
+		if err != nil {
+			p.Logger.WarnContext(ctx, "reading the marked blocks of a batch failed; each mark reads its own", logattr.Tenant(tenant), "blocks", len(byTenant[tenant]), "err", err)
+			continue
+		}
+		for _, b := range bs {
+			marked[tenant+"/"+b.ID] = b
+		}
+	}
+	return marked
 }
 
 // planBatch finds the groups of the batch's blocks and plans every group

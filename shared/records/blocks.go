@@ -347,19 +347,45 @@ func (st *Store) Retire(ctx context.Context, ref string, b Block, retireAt, now 
 	return st.toRetiring(ctx, "retire "+b.Key()+" for "+ref, protocol.Retire, b, expect{by: ref}, retireAt, now)
 }
 
+// RetireAll retires several sources of version ref, each as Retire does,
+// in as few requests as DynamoDB's limits allow (commitTogether). It
+// returns, per block, the gen its MARK and DELETE ops carry and the
+// retirement's error (a *ConditionLostError for a block a rival moved).
+func (st *Store) RetireAll(ctx context.Context, ref string, bs []Block, retireAt, now time.Time) ([]int64, []error) {
+	gens := make([]int64, len(bs))
+	txs := make([]named, len(bs))
+	for i, b := range bs {
+		x, err := retiringTx(protocol.Retire, b, expect{by: ref}, retireAt, now)
+		if err != nil {
+			return gens, notSent(len(bs), err)
+		}
+		gens[i], txs[i] = b.Gen+1, named{op: "retire " + b.Key() + " for " + ref, x: x}
+	}
+	return gens, st.commitTogether(ctx, txs)
+}
+
 // toRetiring is transition name of block b into RETIRING, with its DEL
 // agenda entry at retireAt in the same transaction; it returns the gen
 // the MARK and DELETE ops carry.
 func (st *Store) toRetiring(ctx context.Context, op string, name protocol.Name, b Block, e expect, retireAt, now time.Time) (int64, error) {
+	x, err := retiringTx(name, b, e, retireAt, now)
+	if err != nil {
+		return 0, err
+	}
+	return b.Gen + 1, st.commit(ctx, op, x)
+}
+
+// retiringTx is the transaction toRetiring commits.
+func retiringTx(name protocol.Name, b Block, e expect, retireAt, now time.Time) (tx, error) {
 	g, it, err := blockWrite(name, b, e, now, "retireAt = :at, updatedAt = :now", "",
 		map[string]types.AttributeValue{":at": n(retireAt.UnixMilli()), ":now": n(now.UnixMilli())})
 	if err != nil {
-		return 0, err
+		return tx{}, err
 	}
 	var x tx
 	x.add(g, it)
 	x.plain(types.TransactWriteItem{Put: &types.Put{Item: agendaItem(AgendaDelete, retireAt, b.Tenant, b.ID)}})
-	return b.Gen + 1, st.commit(ctx, op, x)
+	return x, nil
 }
 
 // RecordMark records the deletion-mark.json version the uploader wrote for
@@ -535,15 +561,48 @@ func (st *Store) BlocksView(ctx context.Context, tenant string) ([]Block, error)
 // written is named by the record its DELETE op reads. The agenda entry
 // stays until the DELETE op is sent (the caller removes it).
 func (st *Store) StartDelete(ctx context.Context, b Block, ranges []planning.GroupKey, now time.Time) (int64, error) {
+	x, err := startDeleteTx(b, ranges, now)
+	if err != nil {
+		return 0, err
+	}
+	return b.Gen + 1, st.commit(ctx, "delete "+b.Key(), x)
+}
+
+// DeletionStart is one block StartDeleteAll moves to DELETED, and the
+// ranges it leaves.
+type DeletionStart struct {
+	Block  Block
+	Ranges []planning.GroupKey
+}
+
+// StartDeleteAll starts the deletion of several blocks, each as
+// StartDelete does, in as few requests as DynamoDB's limits allow
+// (commitTogether). It returns, per block, the gen its DELETE op carries
+// and the write's error (a *ConditionLostError for a block a rival moved).
+func (st *Store) StartDeleteAll(ctx context.Context, ds []DeletionStart, now time.Time) ([]int64, []error) {
+	gens := make([]int64, len(ds))
+	txs := make([]named, len(ds))
+	for i, d := range ds {
+		x, err := startDeleteTx(d.Block, d.Ranges, now)
+		if err != nil {
+			return gens, notSent(len(ds), err)
+		}
+		gens[i], txs[i] = d.Block.Gen+1, named{op: "delete " + d.Block.Key(), x: x}
+	}
+	return gens, st.commitTogether(ctx, txs)
+}
+
+// startDeleteTx is the transaction StartDelete commits.
+func startDeleteTx(b Block, ranges []planning.GroupKey, now time.Time) (tx, error) {
 	g, it, err := blockWrite(protocol.StartDelete, b, expect{}, now, "updatedAt = :now", "",
 		map[string]types.AttributeValue{":now": n(now.UnixMilli())})
 	if err != nil {
-		return 0, err
+		return tx{}, err
 	}
 	var x tx
 	x.add(g, it)
 	for _, r := range ranges {
 		x.plain(types.TransactWriteItem{Delete: &types.Delete{Key: key(tenantPK(b.Tenant), memberSK(r, b.ID))}})
 	}
-	return b.Gen + 1, st.commit(ctx, "delete "+b.Key(), x)
+	return x, nil
 }

@@ -45,7 +45,8 @@ func partitionOf(tenant string, g planning.GroupKey, v int64, p int) subject {
 }
 
 // Lease takes partition p of version v for owner until leaseUntil and
-// returns the attempt number. It is one transaction: a condition on the
+// returns what the job reads then (ReadJob: the attempt it runs is its
+// partition's). The lease is one transaction: a condition on the
 // group (version = v AND PLANNED, fewer than maxFailures failures) and a
 // conditional update of the partition (PENDING → RUNNING, attempt + 1).
 //
@@ -54,19 +55,19 @@ func partitionOf(tenant string, g planning.GroupKey, v int64, p int) subject {
 // attempt as a failure on the head (the job died without a commit or a
 // report: a timeout, out of memory, a crash): its condition names the
 // holder whose lease expired, so each dead attempt is counted once.
-func (st *Store) Lease(ctx context.Context, tenant string, g planning.GroupKey, v int64, p int, owner string, now, leaseUntil time.Time, maxFailures int) (int, error) {
+func (st *Store) Lease(ctx context.Context, tenant string, g planning.GroupKey, v int64, p int, owner string, now, leaseUntil time.Time, maxFailures int) (JobView, error) {
 	ref := partitionRef(tenant, g, v, p)
 	if maxFailures < 1 {
-		return 0, fmt.Errorf("lease %s: the attempt limit must be at least 1, not %d", ref, maxFailures)
+		return JobView{}, fmt.Errorf("lease %s: the attempt limit must be at least 1, not %d", ref, maxFailures)
 	}
 	fg, err := guard(protocol.LeaseFence, subject{tenant: tenant, group: g.String(), version: v},
 		expect{version: v, max: maxFailures, now: now.UnixMilli()})
 	if err != nil {
-		return 0, err
+		return JobView{}, err
 	}
 	pg, err := guard(protocol.Lease, partitionOf(tenant, g, v, p), expect{owner: owner, now: now.UnixMilli()})
 	if err != nil {
-		return 0, err
+		return JobView{}, err
 	}
 	var x tx
 	x.add(fg, fg.check(key(tenantPK(tenant), groupSK(g))))
@@ -76,13 +77,57 @@ func (st *Store) Lease(ctx context.Context, tenant string, g planning.GroupKey, 
 		err = st.takeOver(ctx, tenant, g, v, p, ref, owner, now, leaseUntil, maxFailures, err)
 	}
 	if err != nil {
-		return 0, err
+		return JobView{}, err
 	}
-	var got Partition
-	if _, err := st.get(ctx, tenantPK(tenant), partitionSK(g, v, p), &got); err != nil {
-		return 0, err
+	return st.ReadJob(ctx, tenant, g, v, p)
+}
+
+// JobView is what a job reads of the records once it holds its lease: its
+// version's head, its partition (the attempt it runs) and the record of
+// its group's stream.
+type JobView struct {
+	Head        Group
+	HeadFound   bool
+	Partition   Partition // zero when not asked for
+	Stream      StreamRecord
+	StreamFound bool
+}
+
+// ReadJob reads the head of g, partition p of version v (none for p < 0)
+// and the record of g's stream, strongly consistent, in one request where
+// one read each made three.
+func (st *Store) ReadJob(ctx context.Context, tenant string, g planning.GroupKey, v int64, p int) (JobView, error) {
+	sks := []string{groupSK(g), streamSK(g.Stream)}
+	if p >= 0 {
+		sks = append(sks, partitionSK(g, v, p))
 	}
-	return got.Attempt, nil
+	items, err := st.batchGet(ctx, tenantPK(tenant), sks)
+	if err != nil {
+		return JobView{}, fmt.Errorf("read the job of %s: %w", partitionRef(tenant, g, v, p), err)
+	}
+	var jv JobView
+	for _, it := range items {
+		var sk string
+		if err := attributevalue.Unmarshal(it["SK"], &sk); err != nil {
+			return JobView{}, fmt.Errorf("read the job of %s: %w", partitionRef(tenant, g, v, p), err)
+		}
+		switch sk {
+		case groupSK(g):
+			if jv.Head, err = decodeGroup(tenant, it); err != nil {
+				return JobView{}, err
+			}
+			jv.HeadFound = true
+		case streamSK(g.Stream):
+			err = attributevalue.UnmarshalMap(it, &jv.Stream)
+			jv.StreamFound = true
+		default:
+			err = attributevalue.UnmarshalMap(it, &jv.Partition)
+		}
+		if err != nil {
+			return JobView{}, fmt.Errorf("decode %s/%s: %w", tenantPK(tenant), sk, err)
+		}
+	}
+	return jv, nil
 }
 
 // LeaseAll takes for owner, until leaseUntil, every partition of version

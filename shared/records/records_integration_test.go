@@ -228,9 +228,12 @@ func TestStaleJobsAreFenced(t *testing.T) {
 	if _, err := w.store.Lease(w.ctx, "acme", g12, 1, 0, "live", w.now, w.now.Add(time.Hour), 3); !records.IsConditionLost(err) {
 		t.Fatalf("lease over a live lease: %v, want lost", err)
 	}
-	attempt, err := w.store.Lease(w.ctx, "acme", g12, 1, 0, "new", later, later.Add(time.Minute), 3)
-	if err != nil || attempt != 2 {
-		t.Fatalf("takeover of an expired lease = attempt %d, %v; want 2", attempt, err)
+	jv, err := w.store.Lease(w.ctx, "acme", g12, 1, 0, "new", later, later.Add(time.Minute), 3)
+	if err != nil || jv.Partition.Attempt != 2 || jv.Partition.LeaseOwner != "new" {
+		t.Fatalf("takeover of an expired lease = attempt %d by %q, %v; want 2 by new", jv.Partition.Attempt, jv.Partition.LeaseOwner, err)
+	}
+	if !jv.HeadFound || jv.Head.Version != 1 || jv.Head.Key != g12 {
+		t.Fatalf("the job read head %+v (found %v) with its lease, want version 1 of %s", jv.Head, jv.HeadFound, g12)
 	}
 	out := records.Block{Tenant: "acme", ID: "OUT", State: protocol.BlockPending, Gen: 1, ProducedBy: g.Ref() + "/p0"}
 	if err := w.store.Commit(w.ctx, "acme", g12, 1, 0, "old", &out, nil, later); !records.IsConditionLost(err) {
