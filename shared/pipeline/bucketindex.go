@@ -157,14 +157,13 @@ func (c Cleaner) BucketIndexes(ctx context.Context) error {
 		return fmt.Errorf("bucket indexes: %w", err)
 	}
 	pass := c.now().Truncate(time.Minute).Unix()
-	var errs []error
-	for _, t := range tenants {
-		if err := c.Send.Index(ctx, messages.IndexRequest{Tenant: t, Why: "schedule", Scheduled: true}, fmt.Sprintf("pass%d", pass)); err != nil {
-			errs = append(errs, err)
-		}
+	rs := make([]messages.IndexRequest, len(tenants))
+	for i, t := range tenants {
+		rs[i] = messages.IndexRequest{Tenant: t, Why: "schedule", Scheduled: true}
 	}
-	c.Logger.InfoContext(ctx, "bucket index pass", "tenants", len(tenants), "errors", len(errs))
-	return errors.Join(errs...)
+	err = c.Send.Indexes(ctx, rs, fmt.Sprintf("pass%d", pass))
+	c.Logger.InfoContext(ctx, "bucket index pass", "tenants", len(tenants), "err", err)
+	return err
 }
 
 // indexChanged asks for a tenant's bucket index after a change readers

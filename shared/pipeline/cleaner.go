@@ -36,7 +36,6 @@ type cleanerRecords interface {
 	versionRecords
 	Activate(ctx context.Context, b records.Block, now time.Time) (int64, error)
 	Complete(ctx context.Context, g records.Group, now time.Time) error
-	DoneAgenda(ctx context.Context, e records.AgendaEntry) error
 	DoneAgendaAll(ctx context.Context, entries []records.AgendaEntry) error
 	DueAll(ctx context.Context, now time.Time) ([]records.AgendaEntry, error)
 	GetGroup(ctx context.Context, tenant string, g planning.GroupKey) (records.Group, bool, error)
@@ -205,7 +204,7 @@ func allDone(parts []records.Partition, n int) bool {
 func (c Cleaner) finishComplete(ctx context.Context, head records.Group, parts []records.Partition) error {
 	log := c.Logger.With(logattr.Version(head.Tenant, head.Key, head.Version))
 	now := c.now()
-	outs, err := c.outputs(ctx, head, parts)
+	outs, srcs, err := c.outputsAndSources(ctx, head, parts)
 	if err != nil {
 		return err
 	}
@@ -216,10 +215,6 @@ func (c Cleaner) finishComplete(ctx context.Context, head records.Group, parts [
 	if published < len(outs) {
 		log.InfoContext(ctx, "waiting for outputs to be published", "published", published, "outputs", len(outs))
 		return nil
-	}
-	srcs, err := c.records().GetBlocks(ctx, head.Tenant, head.Sources)
-	if err != nil {
-		return err
 	}
 	if err := c.retireSources(ctx, head, srcs, now, log); err != nil {
 		return err
@@ -236,6 +231,36 @@ func (c Cleaner) finishComplete(ctx context.Context, head records.Group, parts [
 		return err
 	}
 	return c.finishRetired(ctx, head, parts)
+}
+
+// outputsAndSources reads a version's outputs (as outputs does) and its
+// sources in one request. The sources are read before the outputs are
+// published, and used only once every output is: each retirement is
+// fenced on what was read, as after any read.
+func (c Cleaner) outputsAndSources(ctx context.Context, head records.Group, parts []records.Partition) (outs, srcs []records.Block, err error) {
+	isOutput := map[string]bool{}
+	ids := slices.Clone(head.Sources)
+	for _, p := range parts {
+		if p.Output != "" {
+			isOutput[p.Output] = true
+			ids = append(ids, p.Output)
+		}
+	}
+	bs, err := c.records().GetBlocks(ctx, head.Tenant, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, b := range bs {
+		if isOutput[b.ID] {
+			outs = append(outs, b)
+		} else {
+			srcs = append(srcs, b)
+		}
+	}
+	if len(outs) != len(isOutput) {
+		return nil, nil, fmt.Errorf("%s: %d of %d output records missing", head.Ref(), len(isOutput)-len(outs), len(isOutput))
+	}
+	return outs, srcs, nil
 }
 
 // publishOutputs activates a completed version's PENDING outputs and
@@ -498,19 +523,24 @@ func (c Cleaner) Sweep(ctx context.Context) error {
 		}
 	}
 	errs = append(errs, c.deleteRetired(ctx, deletes)...)
+	// The range and orphan entries finished, taken off the agenda together.
+	var done []records.AgendaEntry
 	for _, e := range ranges {
 		if err := c.Send.Plan(ctx, messages.PlanRequest{Tenant: e.Tenant, Group: e.Subject, Why: "range closed"}); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if err := c.records().DoneAgenda(ctx, e); err != nil {
-			errs = append(errs, err)
-		}
+		done = append(done, e)
 	}
 	for _, e := range orphans {
 		if err := c.secondOrphanSweep(ctx, e); err != nil {
 			errs = append(errs, err)
+			continue
 		}
+		done = append(done, e)
+	}
+	if err := c.records().DoneAgendaAll(ctx, done); err != nil {
+		errs = append(errs, err)
 	}
 	c.Logger.InfoContext(ctx, "sweep done", "active", len(active)-young, "young", young, "deletes", len(deletes), "ranges", len(ranges),
 		"orphanSweeps", len(orphans), "errors", len(errs))
@@ -667,20 +697,22 @@ func (c Cleaner) deleteOne(ctx context.Context, e records.AgendaEntry, b records
 	return deletion{op: &messages.BlockOp{Op: messages.OpDelete, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen}, finished: true}, nil
 }
 
+// secondOrphanSweep is a retired version's last visit (its ORPH entry e):
+// its outputs are cleared once more. The entry is done when it returns
+// nil, and the sweep removes it with the others it finished; an entry that
+// names no version is done at once.
 func (c Cleaner) secondOrphanSweep(ctx context.Context, e records.AgendaEntry) error {
-	var gs string
-	var v int64
 	at := strings.LastIndex(e.Subject, "@v")
 	if at < 0 {
-		return c.records().DoneAgenda(ctx, e)
+		return nil
 	}
-	gs = e.Subject[:at]
+	var v int64
 	if _, err := fmt.Sscan(e.Subject[at+2:], &v); err != nil {
-		return c.records().DoneAgenda(ctx, e)
+		return nil
 	}
-	g, err := planning.ParseGroupKey(gs)
+	g, err := planning.ParseGroupKey(e.Subject[:at])
 	if err != nil {
-		return c.records().DoneAgenda(ctx, e)
+		return nil
 	}
 	parts, err := c.records().Partitions(ctx, e.Tenant, g, v)
 	if err != nil {
@@ -692,8 +724,5 @@ func (c Cleaner) secondOrphanSweep(ctx context.Context, e records.AgendaEntry) e
 	// active entry; this sweep is the version's last visit, so it clears
 	// the outputs as every cleanup does, re-sending those ops (chaos seed
 	// 11: the discarded output's files stayed for good).
-	if err := c.clearOutputs(ctx, version, parts); err != nil {
-		return err
-	}
-	return c.records().DoneAgenda(ctx, e)
+	return c.clearOutputs(ctx, version, parts)
 }

@@ -105,7 +105,7 @@ func (st *Store) PutAgenda(ctx context.Context, k AgendaKind, due time.Time, ten
 // DueAll lists the entries of every kind due at or before now: one Query
 // per shard (ACTIVE entries, due at 0, come first in each). Until this
 // store has once found the unsharded agenda of an earlier release empty,
-// it reads that too, so an upgrade loses no entry; DoneAgenda removes
+// it reads that too, so an upgrade loses no entry; DoneAgendaAll removes
 // such an entry where it is.
 func (st *Store) DueAll(ctx context.Context, now time.Time) ([]AgendaEntry, error) {
 	upTo := fmt.Sprintf("%013d#\xff", now.UnixMilli())
@@ -208,10 +208,9 @@ func (st *Store) Due(ctx context.Context, k AgendaKind, now time.Time) ([]Agenda
 	return ByKind(all)[k], nil
 }
 
-// DoneAgenda removes an entry the sweep has handled.
-// DoneAgendaAll removes entries, 25 to a BatchWriteItem request (an
-// entry is no protocol item: its delete needs no condition), and retries
-// what DynamoDB leaves unprocessed.
+// DoneAgendaAll removes entries the sweep has handled, 25 to a
+// BatchWriteItem request (an entry is no protocol item: its delete needs
+// no condition), and retries what DynamoDB leaves unprocessed.
 func (st *Store) DoneAgendaAll(ctx context.Context, entries []AgendaEntry) error {
 	for start := 0; start < len(entries); start += awslimits.MaxBatchWriteItems {
 		var reqs []types.WriteRequest
@@ -242,13 +241,4 @@ func (st *Store) DoneAgendaAll(ctx context.Context, entries []AgendaEntry) error
 		}
 	}
 	return nil
-}
-
-func (st *Store) DoneAgenda(ctx context.Context, e AgendaEntry) error {
-	return st.retry(ctx, "delete agenda", func() error {
-		_, err := st.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-			TableName: aws.String(st.table), Key: key(e.pk, e.sk),
-		})
-		return err
-	})
 }

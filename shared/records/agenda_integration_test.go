@@ -36,7 +36,7 @@ func names(es []records.AgendaEntry) []string {
 
 // TestAgendaIsShardedAndReadDueFirst: entries of many tenants spread over
 // the agenda's shards, not one hot key, and DueAll finds every kind due
-// by then (and nothing later) in one Query per shard; DoneAgenda removes
+// by then (and nothing later) in one Query per shard; DoneAgendaAll removes
 // an entry.
 func TestAgendaIsShardedAndReadDueFirst(t *testing.T) {
 	w := newWorld(t)
@@ -72,7 +72,7 @@ func TestAgendaIsShardedAndReadDueFirst(t *testing.T) {
 	if got := names(due); !slices.Equal(got, want) {
 		t.Fatalf("due at now:\n%v\nwant:\n%v", got, want)
 	}
-	if err := w.store.DoneAgenda(w.ctx, due[0]); err != nil {
+	if err := w.store.DoneAgendaAll(w.ctx, due[:1]); err != nil {
 		t.Fatal(err)
 	}
 	again, err := w.store.DueAll(w.ctx, w.now)
@@ -80,7 +80,7 @@ func TestAgendaIsShardedAndReadDueFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(again) != len(due)-1 || slices.Contains(names(again), names(due[:1])[0]) {
-		t.Errorf("after DoneAgenda of %v: %v", names(due[:1]), names(again))
+		t.Errorf("after DoneAgendaAll of %v: %v", names(due[:1]), names(again))
 	}
 }
 
@@ -119,7 +119,7 @@ func TestAgendaOfAnEarlierReleaseIsNotLost(t *testing.T) {
 	}
 	for _, e := range due {
 		if e.Kind == records.AgendaDelete {
-			if err := st.DoneAgenda(w.ctx, e); err != nil {
+			if err := st.DoneAgendaAll(w.ctx, []records.AgendaEntry{e}); err != nil {
 				t.Fatal(err)
 			}
 		}

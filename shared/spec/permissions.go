@@ -155,7 +155,7 @@ var (
 	DynamoRead  = []string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query"}
 	DynamoWrite = []string{"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"}
 	// DynamoDelete is the cleaner's only: it removes agenda entries and
-	// range-membership index items (records.DoneAgenda, StartDelete,
+	// range-membership index items (records.DoneAgendaAll, StartDelete,
 	// FinishVersion). Block, group and partition records end by state and
 	// TTL, never by a delete.
 	DynamoDelete = []string{"dynamodb:DeleteItem"}
