@@ -60,7 +60,7 @@ func (p Planner) handleMark(ctx context.Context, k blockkey.Key, vid string, ask
 		// sees the mark; a rival registration that wins is read back.
 		meta := k
 		meta.File = blockkey.MetaFile
-		if err := p.handleObject(ctx, s3event.ObjectCreated{Key: meta.String()}, ask.registeringNow()); err != nil {
+		if err := p.handleObject(ctx, s3event.ObjectCreated{Key: meta.String()}, ask); err != nil {
 			return err
 		}
 		if b, known, err = p.records().GetBlock(ctx, k.Tenant, k.Block.String()); err != nil {

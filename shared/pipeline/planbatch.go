@@ -46,19 +46,6 @@ type planBatch struct {
 	// marked are the records of the blocks whose marks the batch's
 	// events name, read together before any message (readMarked).
 	marked map[string]records.Block
-	// registrations are the batch's uploads, registered together once
-	// every message has done its own work (registerBatch).
-	registrations []pendingRegistration
-}
-
-// pendingRegistration is an upload whose record the batch puts with the
-// others', and what finishing it needs.
-type pendingRegistration struct {
-	reg records.Registration
-	key blockkey.Key
-	vid string
-	log *slog.Logger
-	msg string
 }
 
 type batchGroupKey struct{ tenant, group string }
@@ -84,30 +71,10 @@ func newPlanBatch() *planBatch {
 	return &planBatch{byKey: map[batchGroupKey]*batchGroup{}}
 }
 
-// planAsks is how one message of a batch asks for planning, and for its
-// uploads' registration; now: a registration is made at once (a mark's
-// block registered to read it back).
+// planAsks is how one message of a batch asks for planning.
 type planAsks struct {
 	batch *planBatch
 	msg   string
-	now   bool
-}
-
-// registeringNow is a with registrations made at once.
-func (a planAsks) registeringNow() planAsks {
-	a.now = true
-	return a
-}
-
-// registerLater leaves r to the batch's registerBatch, unless a asks for
-// registrations now; it reports whether it did.
-func (a planAsks) registerLater(r pendingRegistration) bool {
-	if a.now || a.batch == nil {
-		return false
-	}
-	r.msg = a.msg
-	a.batch.registrations = append(a.batch.registrations, r)
-	return true
 }
 
 func (q *planBatch) asks(msg string) planAsks { return planAsks{batch: q, msg: msg} }
@@ -162,40 +129,13 @@ func (p Planner) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 	for _, f := range resp.BatchItemFailures {
 		failed[f.ItemIdentifier] = true
 	}
-	// Registrations first: their planning is asked for by then.
-	notDone := p.registerBatch(ctx, q)
-	for _, id := range append(notDone, p.planBatch(ctx, q)...) {
+	for _, id := range p.planBatch(ctx, q) {
 		if !failed[id] {
 			failed[id] = true
 			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: id})
 		}
 	}
 	return resp, nil
-}
-
-// registerBatch puts the records of the batch's uploads together
-// (RegisterAll: one request for a batch of uploads where each took one,
-// every registration's condition its own) and finishes each as its message
-// would have (registered), asking for its planning. It returns the
-// messages whose registration failed.
-func (p Planner) registerBatch(ctx context.Context, q *planBatch) (failed []string) {
-	if len(q.registrations) == 0 {
-		return nil
-	}
-	rs := make([]records.Registration, len(q.registrations))
-	for i, pr := range q.registrations {
-		rs[i] = pr.reg
-	}
-	errs := p.records().RegisterAll(ctx, rs)
-	for i, pr := range q.registrations {
-		ask := q.asks(pr.msg).registeringNow()
-		err := recovered(func() error { return p.registered(ctx, pr.key, pr.reg.Block, pr.vid, errs[i], pr.log, ask) })
-		if err != nil {
-			pr.log.ErrorContext(ctx, "registration failed; SQS will redeliver the message", "message", pr.msg, "err", err)
-			failed = append(failed, pr.msg)
-		}
-	}
-	return failed
 }
 
 // readMarked reads the records of the blocks whose marks the batch's S3

@@ -52,7 +52,6 @@ type plannerRecords interface {
 	PutAgenda(ctx context.Context, k records.AgendaKind, due time.Time, tenant, subject string) error
 	PutStream(ctx context.Context, tenant string, sr records.StreamRecord) error
 	RangeBlocks(ctx context.Context, tenant string, g planning.GroupKey) ([]records.Block, error)
-	RegisterAll(ctx context.Context, rs []records.Registration) []error
 	RegisterBlock(ctx context.Context, b records.Block, ranges []planning.GroupKey, sr *records.StreamRecord) error
 	ReleaseBlock(ctx context.Context, b records.Block, now time.Time) (int64, error)
 	ReleaseGroup(ctx context.Context, g records.Group, now time.Time) error
@@ -133,53 +132,29 @@ func (p Planner) handleObject(ctx context.Context, o s3event.ObjectCreated, ask 
 			return err
 		}
 	}
-	if known {
-		if err := p.recognise(ctx, k, b, vid, log); err != nil {
+	if !known {
+		b, err = p.register(ctx, k, body, vid, log)
+		if records.IsConditionLost(err) {
+			// A rival registered it first, perhaps from other versions:
+			// ours are then a re-upload's.
+			b, known, err = p.records().GetBlock(ctx, k.Tenant, k.Block.String())
+			if err == nil && !known {
+				err = fmt.Errorf("register %s: lost to a record that is gone", k.BlockKey())
+			}
+			if err == nil {
+				err = p.recognise(ctx, k, b, vid, log)
+			}
+		}
+		if err != nil {
 			return err
 		}
-		return p.planIfLive(ctx, b, ask)
+	} else if err := p.recognise(ctx, k, b, vid, log); err != nil {
+		return err
 	}
-	return p.register(ctx, k, body, vid, log, ask)
-}
-
-// planIfLive asks for the planning of a block that is neither rejected
-// nor leaving.
-func (p Planner) planIfLive(ctx context.Context, b records.Block, ask planAsks) error {
 	if b.State == protocol.BlockRejected || b.State == protocol.BlockRetiring {
 		return nil
 	}
 	return p.planFor(ctx, b, ask)
-}
-
-// registered finishes the registration of block b at k, whose record's
-// write returned err: the versions it found superseded are deleted and
-// its planning asked for; a rival's registration first (a lost condition)
-// makes this event a duplicate's or a re-upload's.
-func (p Planner) registered(ctx context.Context, k blockkey.Key, b records.Block, vid string, err error, log *slog.Logger, ask planAsks) error {
-	if records.IsConditionLost(err) {
-		// A rival registered it first, perhaps from other versions:
-		// ours are then a re-upload's.
-		var known bool
-		if b, known, err = p.records().GetBlock(ctx, k.Tenant, k.Block.String()); err != nil {
-			return err
-		}
-		if !known {
-			return fmt.Errorf("register %s: lost to a record that is gone", k.BlockKey())
-		}
-		if err := p.recognise(ctx, k, b, vid, log); err != nil {
-			return err
-		}
-		return p.planIfLive(ctx, b, ask)
-	}
-	if err != nil {
-		return err
-	}
-	log.InfoContext(ctx, "block registered", "state", b.State, "streamID", b.Stream, "minT", b.MinT, "maxT", b.MaxT, "level", b.Level,
-		"series", b.Series, "files", len(b.Files), "noCompact", b.NoCompact, "superseded", len(b.Superseded))
-	if err := p.sendSuperseded(ctx, k, b); err != nil {
-		return err
-	}
-	return p.planIfLive(ctx, b, ask)
 }
 
 // mayBeRegistered tells, from its meta.json, whether a block may be
@@ -231,12 +206,11 @@ func (p Planner) recognise(ctx context.Context, k blockkey.Key, b records.Block,
 }
 
 // register reads what the block is made of and puts its record: LIVE, or
-// REJECTED with the reason when it cannot be compacted. A batch's uploads
-// are registered together (registerLater) unless ask says now.
-func (p Planner) register(ctx context.Context, k blockkey.Key, body []byte, vid string, log *slog.Logger, ask planAsks) error {
+// REJECTED with the reason when it cannot be compacted.
+func (p Planner) register(ctx context.Context, k blockkey.Key, body []byte, vid string, log *slog.Logger) (records.Block, error) {
 	b, st, reason, err := p.readBlock(ctx, k, body, vid)
 	if err != nil {
-		return err
+		return b, err
 	}
 	if reason != "" {
 		b.State, b.Reason = protocol.BlockRejected, reason
@@ -244,11 +218,11 @@ func (p Planner) register(ctx context.Context, k blockkey.Key, body []byte, vid 
 			b.Meta = "" // never read again; the reason tells what was wrong
 		}
 		log.ErrorContext(ctx, "block rejected: it will not be compacted", "key", k.Object(blockkey.MetaFile), "reason", reason)
-		err := p.records().RegisterBlock(ctx, b, nil, nil)
-		if err == nil {
-			metrics.From(ctx).Add(metrics.Rejections, 1, b.Tenant)
+		if err := p.records().RegisterBlock(ctx, b, nil, nil); err != nil {
+			return b, err
 		}
-		return p.registered(ctx, k, b, vid, err, log, ask)
+		metrics.From(ctx).Add(metrics.Rejections, 1, b.Tenant)
+		return b, nil
 	}
 	if b.NoCompact {
 		log.InfoContext(ctx, "block carries a no-compact mark; it is never a source")
@@ -260,13 +234,15 @@ func (p Planner) register(ctx context.Context, k blockkey.Key, body []byte, vid 
 		ranges = nil
 	}
 	if err := p.step(ctx, "planner.before-register", b.Key()); err != nil {
-		return err
+		return b, err
 	}
-	r := records.Registration{Block: b, Ranges: ranges, Stream: &records.StreamRecord{ID: b.Stream, Labels: st.Labels, Resolution: st.Resolution}}
-	if ask.registerLater(pendingRegistration{reg: r, key: k, vid: vid, log: log.With("stream", st.String())}) {
-		return nil
+	sr := &records.StreamRecord{ID: b.Stream, Labels: st.Labels, Resolution: st.Resolution}
+	if err := p.records().RegisterBlock(ctx, b, ranges, sr); err != nil {
+		return b, err
 	}
-	return p.registered(ctx, k, b, vid, p.records().RegisterBlock(ctx, b, r.Ranges, r.Stream), log.With("stream", st.String()), ask)
+	log.InfoContext(ctx, "block registered", "state", b.State, "stream", st.String(), "streamID", b.Stream, "minT", b.MinT, "maxT", b.MaxT, "level", b.Level,
+		"series", b.Series, "files", len(b.Files), "noCompact", b.NoCompact, "superseded", len(b.Superseded))
+	return b, p.sendSuperseded(ctx, k, b)
 }
 
 // readBlock reads what the block at k is made of — its meta.json body (at

@@ -31,46 +31,13 @@ const maxTransactItems = 100
 // on the agenda for deletion when the deletion delay from its mark ends:
 // it is never a source, and it is deleted as the mark asked.
 func (st *Store) RegisterBlock(ctx context.Context, b Block, ranges []planning.GroupKey, sr *StreamRecord) error {
-	x, err := registerTx(b, ranges, sr)
+	b, parts, err := splitMeta(b)
 	if err != nil {
 		return err
 	}
-	return st.commit(ctx, "register "+b.Key(), x)
-}
-
-// Registration is one block RegisterAll registers, as RegisterBlock does.
-type Registration struct {
-	Block  Block
-	Ranges []planning.GroupKey
-	Stream *StreamRecord
-}
-
-// RegisterAll registers several blocks, each as RegisterBlock does, in as
-// few requests as DynamoDB's limits allow (commitTogether: the stream and
-// tenant records they share are put once). It returns one error per block:
-// a block registered already loses its condition alone, as RegisterBlock's
-// would.
-func (st *Store) RegisterAll(ctx context.Context, rs []Registration) []error {
-	txs := make([]named, len(rs))
-	for i, r := range rs {
-		x, err := registerTx(r.Block, r.Ranges, r.Stream)
-		if err != nil {
-			return notSent(len(rs), err)
-		}
-		txs[i] = named{op: "register " + r.Block.Key(), x: x}
-	}
-	return st.commitTogether(ctx, txs)
-}
-
-// registerTx is the transaction RegisterBlock commits.
-func registerTx(b Block, ranges []planning.GroupKey, sr *StreamRecord) (tx, error) {
-	b, parts, err := splitMeta(b)
-	if err != nil {
-		return tx{}, err
-	}
 	item, err := marshalItem(b, tenantPK(b.Tenant), blockSK(b.ID))
 	if err != nil {
-		return tx{}, err
+		return err
 	}
 	var name protocol.Name
 	switch b.State {
@@ -80,15 +47,15 @@ func registerTx(b Block, ranges []planning.GroupKey, sr *StreamRecord) (tx, erro
 		name = protocol.RegisterRejected
 	case protocol.BlockRetiring:
 		if b.MarkVersionID == "" || b.RetireAt == 0 {
-			return tx{}, fmt.Errorf("register %s: a block registered RETIRING needs its deletion mark's version and deletion time", b.Key())
+			return fmt.Errorf("register %s: a block registered RETIRING needs its deletion mark's version and deletion time", b.Key())
 		}
 		name = protocol.RegisterMarked
 	default:
-		return tx{}, fmt.Errorf("register %s: an upload is registered LIVE, REJECTED or RETIRING, not %s", b.Key(), b.State)
+		return fmt.Errorf("register %s: an upload is registered LIVE, REJECTED or RETIRING, not %s", b.Key(), b.State)
 	}
 	bg, err := guard(name, subject{tenant: b.Tenant, block: b.ID}, expect{gen: b.Gen})
 	if err != nil {
-		return tx{}, err
+		return err
 	}
 	var x tx
 	x.add(bg, bg.put(item))
@@ -105,14 +72,14 @@ func registerTx(b Block, ranges []planning.GroupKey, sr *StreamRecord) (tx, erro
 		sr.Tenant = b.Tenant
 		it, err := marshalItem(sr, tenantPK(b.Tenant), streamSK(sr.ID))
 		if err != nil {
-			return tx{}, err
+			return err
 		}
 		x.plain(types.TransactWriteItem{Put: &types.Put{Item: it}})
 	}
 	x.plain(types.TransactWriteItem{Put: &types.Put{
 		Item: map[string]types.AttributeValue{"PK": s(tenantsPK), "SK": s(b.Tenant), "tenant": s(b.Tenant)},
 	}})
-	return x, nil
+	return st.commit(ctx, "register "+b.Key(), x)
 }
 
 func memberPut(b Block, g planning.GroupKey) types.TransactWriteItem {

@@ -2,10 +2,7 @@ package records
 
 import (
 	"context"
-	"reflect"
 	"strings"
-
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/sluice-dev/sluice/shared/awslimits"
 	"github.com/sluice-dev/sluice/shared/protocol"
@@ -20,8 +17,7 @@ type named struct {
 
 // commitTogether commits independent transactions, each whole, in as few
 // DynamoDB transactions as its limits allow (100 items, 4 MB, no item
-// twice: an unconditional put of the same item with the same attributes
-// is made once), and returns one error per transaction (nil: committed). It
+// twice), and returns one error per transaction (nil: committed). It
 // changes how many requests they take, never what each one asks: every
 // item keeps its condition, and a combined transaction commits only if
 // every condition in it holds. When one does not, the combined
@@ -37,10 +33,6 @@ func (st *Store) commitTogether(ctx context.Context, txs []named) []error {
 		x     tx
 		size  int
 		keys  = map[string]bool{}
-		// puts are the batch's unconditional puts, by item: another
-		// transaction's identical put (the tenant and stream records every
-		// registration of a tenant's stream writes) rides on the first.
-		puts = map[string]types.TransactWriteItem{}
 	)
 	flush := func() {
 		switch len(batch) {
@@ -65,37 +57,24 @@ func (st *Store) commitTogether(ctx context.Context, txs []named) []error {
 				}
 			}
 		}
-		batch, x, size, keys, puts = nil, tx{}, 0, map[string]bool{}, map[string]types.TransactWriteItem{}
-	}
-	// own is what t adds to the batch: its items but those put already.
-	own := func(t named) (items []types.TransactWriteItem, n int, clash bool) {
-		for _, it := range t.x.items {
-			k := itemName(transactKey(it))
-			if prev, ok := puts[k]; ok && samePut(prev, it) {
-				continue
-			}
-			items = append(items, it)
-			n += transactItemSize(it)
-			clash = clash || keys[k]
-		}
-		return items, n, clash
+		batch, x, size, keys = nil, tx{}, 0, map[string]bool{}
 	}
 	for i, t := range txs {
-		items, n, clash := own(t)
-		if len(batch) > 0 && (clash || len(x.items)+len(items) > awslimits.MaxTransactItems || size+n > awslimits.MaxTransactBytes*3/4) {
+		n := 0
+		clash := false
+		for _, it := range t.x.items {
+			n += transactItemSize(it)
+			clash = clash || keys[itemName(transactKey(it))]
+		}
+		if len(batch) > 0 && (clash || len(x.items)+len(t.x.items) > awslimits.MaxTransactItems || size+n > awslimits.MaxTransactBytes*3/4) {
 			flush()
-			items, n, _ = own(t)
 		}
 		batch = append(batch, i)
-		x.items = append(x.items, items...)
+		x.items = append(x.items, t.x.items...)
 		x.changes = append(x.changes, t.x.changes...)
 		size += n
-		for _, it := range items {
-			k := itemName(transactKey(it))
-			keys[k] = true
-			if it.Put != nil && it.Put.ConditionExpression == nil {
-				puts[k] = it
-			}
+		for _, it := range t.x.items {
+			keys[itemName(transactKey(it))] = true
 		}
 	}
 	flush()
@@ -110,11 +89,4 @@ func notSent(n int, err error) []error {
 		errs[i] = err
 	}
 	return errs
-}
-
-// samePut reports whether a and b are the same unconditional put of the
-// same item: the second changes nothing the first does not.
-func samePut(a, b types.TransactWriteItem) bool {
-	return a.Put != nil && b.Put != nil && a.Put.ConditionExpression == nil && b.Put.ConditionExpression == nil &&
-		reflect.DeepEqual(a.Put.Item, b.Put.Item)
 }

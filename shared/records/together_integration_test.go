@@ -25,10 +25,9 @@ func (c *countingDB) TransactWriteItems(ctx context.Context, in *dynamodb.Transa
 	return c.DynamoDB.TransactWriteItems(ctx, in, opts...)
 }
 
-// TestWritesTogetherCommitWhatHolds: the planner registers a batch's
-// uploads, the cleaner retires a version's sources, and the sweep starts
-// the deletion of every due block, in one request where they took one per
-// block. Each block's write keeps its own
+// TestWritesTogetherCommitWhatHolds: the cleaner retires a version's
+// sources, and the sweep starts the deletion of every due block, in one
+// request where they took one per block. Each block's write keeps its own
 // condition: when a rival moved one block after the writer read it, that
 // block's write is refused and every other block's commits, as if each had
 // been sent alone; and more blocks than one DynamoDB transaction holds
@@ -44,34 +43,6 @@ func TestWritesTogetherCommitWhatHolds(t *testing.T) {
 		write func(w *world, store *records.Store, bs []records.Block) ([]int64, []error)
 		want  protocol.BlockState
 	}{
-		{
-			// Every registration of a tenant's stream also puts the same
-			// stream and tenant records: they ride once.
-			name: "register uploads",
-			prepare: func(w *world, ids []string) []records.Block {
-				var out []records.Block
-				for _, id := range ids {
-					out = append(out, records.Block{Tenant: "acme", ID: id, MinT: 0, MaxT: 7_200_000, State: protocol.BlockLive,
-						Gen: 1, Published: true, Meta: "{}", Stream: "s1"})
-				}
-				return out
-			},
-			rival: func(w *world, b records.Block) {
-				if err := w.store.RegisterBlock(w.ctx, b, []planning.GroupKey{g12}, &records.StreamRecord{ID: "s1"}); err != nil {
-					w.t.Fatal(err)
-				}
-			},
-			write: func(w *world, store *records.Store, bs []records.Block) ([]int64, []error) {
-				rs := make([]records.Registration, len(bs))
-				gens := make([]int64, len(bs))
-				for i, b := range bs {
-					rs[i] = records.Registration{Block: b, Ranges: []planning.GroupKey{g12}, Stream: &records.StreamRecord{ID: "s1"}}
-					gens[i] = b.Gen
-				}
-				return gens, store.RegisterAll(w.ctx, rs)
-			},
-			want: protocol.BlockLive,
-		},
 		{
 			name: "retire a version's sources",
 			prepare: func(w *world, ids []string) []records.Block {
