@@ -110,5 +110,13 @@ func mutations() []mutation {
 			What: "the orphan sweep deletes versions the record names",
 			Old:  "if !known || !rec.Names(v.RelPath, v.VersionID) {",
 			New:  "if true {"},
+		{ID: "together-lost-for-all", File: "shared/records/together.go", Invariant: "I1 / I2 (writes committed together)",
+			What: "a combined transaction that loses one block's condition reports the loss for every block, none committed alone",
+			Old:  "case IsConditionLost(err):\n\t\t\t\t\terrs[j] = st.commit(ctx, txs[j].op, txs[j].x)",
+			New:  "case IsConditionLost(err):\n\t\t\t\t\terrs[j] = err"},
+		{ID: "together-no-clash", File: "shared/records/together.go", Invariant: "liveness (writes committed together)",
+			What: "two writes of one item go into one combined transaction, which DynamoDB refuses",
+			Old:  "clash = clash || keys[itemName(transactKey(it))]",
+			New:  "clash = false"},
 	}
 }
