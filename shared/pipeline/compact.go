@@ -209,7 +209,9 @@ func (c Compact) Run(ctx context.Context, job messages.Job) error {
 }
 
 // lease takes the job's partition, or for a split every partition it can
-// (one job writes them all), and returns them with the attempt number.
+// (one job writes them all), and returns them with what the job reads
+// once it holds them: its head and stream (records.ReadJob), and the
+// attempt it runs.
 func (c Compact) lease(ctx context.Context, job messages.Job, g planning.GroupKey, owner string, now time.Time) ([]int, leasedJob, error) {
 	until := now.Add(c.Config.LeaseDuration)
 	if !g.IsSplit() {

@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/logattr"
 	"github.com/sluice-dev/sluice/shared/planning"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/s3event"
 )
@@ -80,13 +81,16 @@ type planAsks struct {
 func (q *planBatch) asks(msg string) planAsks { return planAsks{batch: q, msg: msg} }
 
 // markedBlock is the record of block id of tenant as the batch read it
-// before its first message (ok: read and registered then). Each record is
-// handed out once: a second mark of the block reads it anew.
+// before its first message, when it was RETIRING or DELETED then (ok).
+// Those states only ever lead to DELETED, so a decision made on the record
+// is the one a fresh read would make; a block in any other state may have
+// moved since (an earlier message of the batch may have released it), and
+// is read anew. Each record is handed out once.
 func (a planAsks) markedBlock(tenant, id string) (b records.Block, ok bool) {
 	k := tenant + "/" + id
 	b, ok = a.batch.marked[k]
 	delete(a.batch.marked, k)
-	return b, ok
+	return b, ok && (b.State == protocol.BlockRetiring || b.State == protocol.BlockDeleted)
 }
 
 // group asks for group g of tenant to be planned.
@@ -142,10 +146,8 @@ func (p Planner) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 // events name, in one BatchGetItem per tenant. Most are Sluice's own
 // deletion marks, written for a batch of retired sources and notified
 // together: each would otherwise cost a read of its own to find that
-// nothing is to be done. A record read here is one read earlier than
-// handleMark's own would be, and every write handleMark makes is fenced
-// on what it read, as after any read. A failed read is logged and left to
-// handleMark.
+// nothing is to be done (markedBlock hands out only those). A failed read
+// is logged and left to handleMark.
 func (p Planner) readMarked(ctx context.Context, ev events.SQSEvent) map[string]records.Block {
 	byTenant := map[string][]string{}
 	var tenants []string
