@@ -99,20 +99,18 @@ func IndexGroup(tenant string) string { return tenant + "/bucket-index.json.gz" 
 // tenant's index group; dedup names the occasion (a version, a pass), so
 // a re-drive of the same one is dropped.
 func (s Sender) Index(ctx context.Context, r IndexRequest, dedup string) error {
-	return s.send(ctx, s.Queues.BlockOps, r, IndexGroup(r.Tenant), indexDedup(r, dedup))
+	return s.Indexes(ctx, []IndexRequest{r}, dedup)
 }
 
-// Indexes sends several tenants' bucket index requests, batched, each
-// deduplicated on its tenant and dedup as Index does.
+// Indexes sends several tenants' bucket index requests, batched, each as
+// Index does.
 func (s Sender) Indexes(ctx context.Context, rs []IndexRequest, dedup string) error {
 	out := make([]outgoing, len(rs))
 	for i, r := range rs {
-		out[i] = outgoing{r, IndexGroup(r.Tenant), indexDedup(r, dedup)}
+		out[i] = outgoing{r, IndexGroup(r.Tenant), "index." + r.Tenant + "." + dedup}
 	}
 	return s.sendAll(ctx, s.Queues.BlockOps, out)
 }
-
-func indexDedup(r IndexRequest, dedup string) string { return "index." + r.Tenant + "." + dedup }
 
 // Plan sends a plan request to the planner's (standard) queue.
 func (s Sender) Plan(ctx context.Context, p PlanRequest) error { return s.Plans(ctx, []PlanRequest{p}) }

@@ -204,7 +204,10 @@ func allDone(parts []records.Partition, n int) bool {
 func (c Cleaner) finishComplete(ctx context.Context, head records.Group, parts []records.Partition) error {
 	log := c.Logger.With(logattr.Version(head.Tenant, head.Key, head.Version))
 	now := c.now()
-	outs, srcs, err := c.outputsAndSources(ctx, head, parts)
+	// The sources are read with the outputs, before these are published,
+	// and used only once every output is: each retirement is fenced on
+	// what was read, as after any read.
+	outs, srcs, err := c.outputsAnd(ctx, head, parts, head.Sources)
 	if err != nil {
 		return err
 	}
@@ -231,36 +234,6 @@ func (c Cleaner) finishComplete(ctx context.Context, head records.Group, parts [
 		return err
 	}
 	return c.finishRetired(ctx, head, parts)
-}
-
-// outputsAndSources reads a version's outputs (as outputs does) and its
-// sources in one request. The sources are read before the outputs are
-// published, and used only once every output is: each retirement is
-// fenced on what was read, as after any read.
-func (c Cleaner) outputsAndSources(ctx context.Context, head records.Group, parts []records.Partition) (outs, srcs []records.Block, err error) {
-	isOutput := map[string]bool{}
-	ids := slices.Clone(head.Sources)
-	for _, p := range parts {
-		if p.Output != "" {
-			isOutput[p.Output] = true
-			ids = append(ids, p.Output)
-		}
-	}
-	bs, err := c.records().GetBlocks(ctx, head.Tenant, ids)
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, b := range bs {
-		if isOutput[b.ID] {
-			outs = append(outs, b)
-		} else {
-			srcs = append(srcs, b)
-		}
-	}
-	if len(outs) != len(isOutput) {
-		return nil, nil, fmt.Errorf("%s: %d of %d output records missing", head.Ref(), len(isOutput)-len(outs), len(isOutput))
-	}
-	return outs, srcs, nil
 }
 
 // publishOutputs activates a completed version's PENDING outputs and

@@ -164,7 +164,7 @@ func (c Compact) Run(ctx context.Context, job messages.Job) error {
 	if g.IsDownsample() {
 		outs, err = c.downsample(work, head, parts, srcs, log)
 	} else {
-		outs, err = c.compact(work, head, view.streamRecord(), parts, srcs, log)
+		outs, err = c.compact(work, head, view.Stream, parts, srcs, log)
 	}
 	f, counted := c.classify(ctx, work, err)
 	stop()
@@ -246,14 +246,6 @@ func (c Compact) lease(ctx context.Context, job messages.Job, g planning.GroupKe
 type leasedJob struct {
 	records.JobView
 	attempt int
-}
-
-// streamRecord is the record of the job's stream, nil when it has none.
-func (lj leasedJob) streamRecord() *records.StreamRecord {
-	if !lj.StreamFound {
-		return nil
-	}
-	return &lj.Stream
 }
 
 // fits sizes the job before it reads anything (planning.Estimate over the

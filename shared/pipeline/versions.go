@@ -9,6 +9,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/sluice-dev/sluice/shared/logattr"
@@ -60,20 +61,36 @@ func (d *Deps) sendJobs(ctx context.Context, g records.Group, only []int, resend
 // outputs reads the output records of a version's committed partitions;
 // a commit writes the record with the partition, so none may be missing.
 func (d *Deps) outputs(ctx context.Context, head records.Group, parts []records.Partition) ([]records.Block, error) {
-	var ids []string
+	outs, _, err := d.outputsAnd(ctx, head, parts, nil)
+	return outs, err
+}
+
+// outputsAnd reads a version's outputs, as outputs does, and the blocks
+// also names (none of them an output) in the same request.
+func (d *Deps) outputsAnd(ctx context.Context, head records.Group, parts []records.Partition, also []string) (outs, others []records.Block, err error) {
+	isOutput := map[string]bool{}
+	ids := slices.Clone(also)
 	for _, p := range parts {
 		if p.Output != "" {
+			isOutput[p.Output] = true
 			ids = append(ids, p.Output)
 		}
 	}
-	outs, err := d.versionRecords().GetBlocks(ctx, head.Tenant, ids)
+	bs, err := d.versionRecords().GetBlocks(ctx, head.Tenant, ids)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if len(outs) != len(ids) {
-		return nil, fmt.Errorf("%s: %d of %d output records missing", head.Ref(), len(ids)-len(outs), len(ids))
+	for _, b := range bs {
+		if isOutput[b.ID] {
+			outs = append(outs, b)
+		} else {
+			others = append(others, b)
+		}
 	}
-	return outs, nil
+	if len(outs) != len(isOutput) {
+		return nil, nil, fmt.Errorf("%s: %d of %d output records missing", head.Ref(), len(isOutput)-len(outs), len(isOutput))
+	}
+	return outs, others, nil
 }
 
 // replan asks the planner to look at the group again (blocks may have

@@ -352,16 +352,10 @@ func (st *Store) Retire(ctx context.Context, ref string, b Block, retireAt, now 
 // returns, per block, the gen its MARK and DELETE ops carry and the
 // retirement's error (a *ConditionLostError for a block a rival moved).
 func (st *Store) RetireAll(ctx context.Context, ref string, bs []Block, retireAt, now time.Time) ([]int64, []error) {
-	gens := make([]int64, len(bs))
-	txs := make([]named, len(bs))
-	for i, b := range bs {
-		x, err := retiringTx(protocol.Retire, b, expect{by: ref}, retireAt, now)
-		if err != nil {
-			return gens, notSent(len(bs), err)
-		}
-		gens[i], txs[i] = b.Gen+1, named{op: "retire " + b.Key() + " for " + ref, x: x}
-	}
-	return gens, st.commitTogether(ctx, txs)
+	return st.blocksTogether(ctx, bs, func(i int) (named, error) {
+		x, err := retiringTx(protocol.Retire, bs[i], expect{by: ref}, retireAt, now)
+		return named{op: "retire " + bs[i].Key() + " for " + ref, x: x}, err
+	})
 }
 
 // toRetiring is transition name of block b into RETIRING, with its DEL
@@ -580,16 +574,14 @@ type DeletionStart struct {
 // (commitTogether). It returns, per block, the gen its DELETE op carries
 // and the write's error (a *ConditionLostError for a block a rival moved).
 func (st *Store) StartDeleteAll(ctx context.Context, ds []DeletionStart, now time.Time) ([]int64, []error) {
-	gens := make([]int64, len(ds))
-	txs := make([]named, len(ds))
+	bs := make([]Block, len(ds))
 	for i, d := range ds {
-		x, err := startDeleteTx(d.Block, d.Ranges, now)
-		if err != nil {
-			return gens, notSent(len(ds), err)
-		}
-		gens[i], txs[i] = d.Block.Gen+1, named{op: "delete " + d.Block.Key(), x: x}
+		bs[i] = d.Block
 	}
-	return gens, st.commitTogether(ctx, txs)
+	return st.blocksTogether(ctx, bs, func(i int) (named, error) {
+		x, err := startDeleteTx(ds[i].Block, ds[i].Ranges, now)
+		return named{op: "delete " + ds[i].Block.Key(), x: x}, err
+	})
 }
 
 // startDeleteTx is the transaction StartDelete commits.

@@ -86,11 +86,10 @@ func (st *Store) Lease(ctx context.Context, tenant string, g planning.GroupKey, 
 // version's head, its partition (the attempt it runs) and the record of
 // its group's stream.
 type JobView struct {
-	Head        Group
-	HeadFound   bool
-	Partition   Partition // zero when not asked for
-	Stream      StreamRecord
-	StreamFound bool
+	Head      Group
+	HeadFound bool
+	Partition Partition     // zero when not asked for
+	Stream    *StreamRecord // nil: the stream has no record
 }
 
 // ReadJob reads the head of g, partition p of version v (none for p < 0)
@@ -118,8 +117,8 @@ func (st *Store) ReadJob(ctx context.Context, tenant string, g planning.GroupKey
 			}
 			jv.HeadFound = true
 		case streamSK(g.Stream):
-			err = attributevalue.UnmarshalMap(it, &jv.Stream)
-			jv.StreamFound = true
+			jv.Stream = &StreamRecord{}
+			err = attributevalue.UnmarshalMap(it, jv.Stream)
 		default:
 			err = attributevalue.UnmarshalMap(it, &jv.Partition)
 		}

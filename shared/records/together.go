@@ -81,12 +81,23 @@ func (st *Store) commitTogether(ctx context.Context, txs []named) []error {
 	return errs
 }
 
-// notSent is the errors of n transactions none of which was sent, since
-// one of them could not be built (err).
-func notSent(n int, err error) []error {
-	errs := make([]error, n)
-	for i := range errs {
-		errs[i] = err
+// blocksTogether commits one write of each of blocks bs (build(i): the
+// write of bs[i], a transition that moves the block to its next gen)
+// together, and returns per block the gen the write moves it to and its
+// error. A write that cannot be built fails them all, none sent.
+func (st *Store) blocksTogether(ctx context.Context, bs []Block, build func(i int) (named, error)) ([]int64, []error) {
+	gens := make([]int64, len(bs))
+	txs := make([]named, len(bs))
+	for i, b := range bs {
+		t, err := build(i)
+		if err != nil {
+			errs := make([]error, len(bs))
+			for j := range errs {
+				errs[j] = err
+			}
+			return gens, errs
+		}
+		gens[i], txs[i] = b.Gen+1, t
 	}
-	return errs
+	return gens, st.commitTogether(ctx, txs)
 }
