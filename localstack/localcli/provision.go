@@ -25,15 +25,17 @@ func init() {
 	cli.Register(cli.CommandSpec{
 		Name:    "provision",
 		Summary: "create (or converge) a Sluice deployment in the local emulator and write its settings",
-		Usage:   "[--name mine] [--out FILE] [--exports] [--close-delay D] [--deletion-delay D]",
+		Usage:   "[--name mine] [--out FILE] [--exports] [--close-delay D] [--upload-wait D] [--deletion-delay D]",
 		AWS:     true,
 		Help: `Creates, in the local emulator (never in AWS: without --endpoint or
 AWS_ENDPOINT_URL it uses ` + DefaultEndpoint + `), the queues, bucket and table of a
 deployment named --name, as the CDK stack creates them in AWS, and writes the
 settings that find it to --out (default .sluice/<name>.env): the endpoint,
 the SLUICE_* names and, for trying things locally, short delays — a range
-that is not fully covered closes after --close-delay, compacted sources are
-deleted --deletion-delay after their deletion mark. Running it again
+that is not fully covered closes after --close-delay, a covered one is
+compacted --upload-wait after its newest upload (0: at once; 10m in AWS),
+compacted sources are deleted --deletion-delay after their deletion mark.
+Running it again
 changes nothing.
 
 Then use the deployment with any sluice command:
@@ -49,6 +51,7 @@ The emulator forgets everything when it restarts: provision again.`,
 			out := fs.String("out", "", "where to write the settings (default .sluice/<name>.env)")
 			exports := fs.Bool("exports", false, "print export lines instead of writing a file")
 			closeDelay := fs.Duration("close-delay", time.Minute, "SLUICE_CLOSE_DELAY of the deployment")
+			uploadWait := fs.Duration("upload-wait", 0, "SLUICE_UPLOAD_WAIT of the deployment (0: a covered range is compacted at once, as 'sluice run --until-idle' after an upload expects)")
 			deletionDelay := fs.Duration("deletion-delay", time.Minute, "SLUICE_DELETION_DELAY of the deployment")
 			return func(ctx context.Context, e *cli.Env, args []string) error {
 				if len(args) > 0 {
@@ -76,6 +79,7 @@ The emulator forgets everything when it restarts: provision again.`,
 				vars := d.Env()
 				vars["AWS_ENDPOINT_URL"] = endpoint
 				vars["SLUICE_CLOSE_DELAY"] = closeDelay.String()
+				vars["SLUICE_UPLOAD_WAIT"] = uploadWait.String()
 				vars["SLUICE_DELETION_DELAY"] = deletionDelay.String()
 				if *exports {
 					keys := make([]string, 0, len(vars))

@@ -45,8 +45,8 @@ handlers' logs (the same JSON lines the functions write) to --log.
 --until-idle stops once nothing is left to do now: no message is queued or
 in flight, no version is unfinished, no block is between states. What waits
 for time — a range that closes later, deletions after the deletion delay —
-is listed; run again later (or set SLUICE_CLOSE_DELAY and
-SLUICE_DELETION_DELAY in the settings) to go on. Without it, run goes on
+is listed; run again later (or set SLUICE_CLOSE_DELAY, SLUICE_UPLOAD_WAIT
+and SLUICE_DELETION_DELAY in the settings) to go on. Without it, run goes on
 until Ctrl-C.
 
 Ctrl-C stops taking new messages and lets the batches in flight finish;
@@ -347,7 +347,7 @@ func NothingToDoNow(ctx context.Context, st *records.Store, now time.Time) (idle
 		}
 		for _, name := range sortedKeys(ranges) {
 			tenant, group, _ := strings.Cut(name, "/")
-			waiting = append(waiting, fmt.Sprintf("%s: a range not covered yet (group %s) closes at %s and is compacted then",
+			waiting = append(waiting, fmt.Sprintf("%s: a range (group %s) waits until %s, for its blocks to cover it or for its uploads' replicas (SLUICE_UPLOAD_WAIT), and is compacted then",
 				tenant, group, ranges[name].UTC().Format(time.DateTime)))
 		}
 		if k == records.AgendaDelete {

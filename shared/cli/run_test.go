@@ -13,15 +13,27 @@ import (
 // TestRunUntilIdle: blocks uploaded with 'sluice upload' are compacted by
 // 'sluice run --until-idle' alone — no demo, no Go — which stops once
 // nothing is left to do, says what waits, and leaves the handlers' logs
-// in --log.
+// in --log. With the default upload wait, a covered range waits for its
+// uploads' replicas and the run says until when; with none (as
+// 'sluice-local provision' sets it) it is compacted at once.
 func TestRunUntilIdle(t *testing.T) {
 	w := newWorld(t)
 	w.vars["SLUICE_DELETION_DELAY"] = "1h"
 	dirs := gen(t, blockgen.Options{Tenant: "run", Blocks: 6})
-	w.run(append([]string{"upload", "--quiet", "--tenant", "team-r"}, dirs...)...).wantCode(t, 0)
-
+	w.run(append([]string{"upload", "--quiet", "--tenant", "team-w"}, dirs...)...).wantCode(t, 0)
 	logFile := filepath.Join(t.TempDir(), "run.log")
 	r := w.run("run", "--until-idle", "--sweep-every", "1s", "--log", logFile)
+	r.wantCode(t, 0)
+	if !strings.Contains(r.stdout, "team-w: a range") || !strings.Contains(r.stdout, "SLUICE_UPLOAD_WAIT") {
+		t.Errorf("run with the default upload wait does not say the range waits for its replicas:\n%s", r.stdout)
+	}
+	if groups, err := w.store.TenantGroups(t.Context(), "team-w"); err != nil || len(groups) != 0 {
+		t.Fatalf("groups planned within the upload wait (%v): %+v", err, groups)
+	}
+
+	w.vars["SLUICE_UPLOAD_WAIT"] = "0"
+	w.run(append([]string{"upload", "--quiet", "--tenant", "team-r"}, dirs...)...).wantCode(t, 0)
+	r = w.run("run", "--until-idle", "--sweep-every", "1s", "--log", logFile)
 	r.wantCode(t, 0)
 	for _, want := range []string{"sluice run: nothing is left to do now", "planner", "compact", "uploader",
 		"waiting: team-r: 6 compacted source(s) to delete after the deletion delay"} {

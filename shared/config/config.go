@@ -43,7 +43,8 @@ type Config struct {
 	// single-tenant (Thanos) bucket: none, as in Thanos.
 	ReplicaLabels []string
 	// Policy is the planning policy. SLUICE_RANGES ("12h,24h"),
-	// SLUICE_CLOSE_DELAY (1h), SLUICE_MAX_SERIES_PER_PARTITION (2000000),
+	// SLUICE_CLOSE_DELAY (1h), SLUICE_UPLOAD_WAIT (10m; 0 for none),
+	// SLUICE_MAX_SERIES_PER_PARTITION (2000000),
 	// SLUICE_MAX_INDEX_BYTES_PER_PARTITION (2 GiB), SLUICE_PARTITIONING
 	// (auto: one block per group in a single-tenant bucket unless a hard
 	// limit forces partitions, by the limits in a multi-tenant one; single;
@@ -276,6 +277,12 @@ func Load(getenv func(string) string) (Config, error) {
 		}
 	}
 	c.Policy.CloseDelay = dur("SLUICE_CLOSE_DELAY", 0)
+	switch v := getenv("SLUICE_UPLOAD_WAIT"); v {
+	case "0", "0s":
+		c.Policy.UploadWait = planning.NoUploadWait
+	default:
+		c.Policy.UploadWait = dur("SLUICE_UPLOAD_WAIT", 0)
+	}
 	c.Policy.MaxSeriesPerPartition = num("SLUICE_MAX_SERIES_PER_PARTITION")
 	c.Policy.MaxIndexBytesPerPartition = num("SLUICE_MAX_INDEX_BYTES_PER_PARTITION")
 	c.Policy.ScratchBytes = num(spec.EnvScratchBytes)

@@ -42,8 +42,9 @@ type Figures struct {
 // A level-0 block is due once the planner would compact its level-1
 // range: when the range has something to merge it with (another block
 // of level 0 or 1 in the range) and the range has closed — its end, or
-// the last arrival in it if later, plus the policy's close delay (the
-// rule planning.Policy.Plan applies). Its wait is counted from then, so a
+// the last arrival in it if later, plus the policy's close delay or its
+// upload wait, whichever is longer (the rules planning.Policy.Plan
+// applies; a covered range may be planned sooner). Its wait is counted from then, so a
 // block waiting for its range to close is not "behind", and a backfill of
 // old data is due as soon as its uploads stop. Blocks that can never be
 // compacted (a no-compact mark, or one straddling the level-1 boundary)
@@ -87,7 +88,7 @@ func Tenant(pol planning.Policy, tenant string, blocks []records.Block, groups [
 		if r.oldest == nil || r.members < 2 {
 			continue
 		}
-		due := time.UnixMilli(max(pol.End(g), r.newest) + pol.CloseDelay.Milliseconds())
+		due := time.UnixMilli(max(pol.End(g), r.newest) + max(pol.CloseDelay, pol.UploadWait).Milliseconds())
 		if wait := now.Sub(due); wait > f.OldestUncompacted {
 			f.OldestUncompacted, f.OldestBlock = wait, r.oldest.ID
 		}

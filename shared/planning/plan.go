@@ -27,7 +27,9 @@ type Candidate struct {
 	PartitionCount, PartitionID int
 	// Arrived is when the block was registered (ms). A range closes
 	// CloseDelay after both its end and its newest arrival, so a backfill
-	// of old blocks is not planned block by block as they trickle in.
+	// of old blocks is not planned block by block as they trickle in; a
+	// range holding level-0 blocks is planned no earlier than UploadWait
+	// after the newest of them arrived.
 	Arrived int64
 	// Stream and Resolution are the block's stream and its resolution
 	// (ms, 0: raw), and Sources its meta.json compaction sources: only a
@@ -80,8 +82,12 @@ func (p Policy) Plan(g GroupKey, blocks []Candidate, now time.Time) Decision {
 	var srcs []Candidate
 	lower := 0
 	newest := end
+	var upload int64 // the newest level-0 block's arrival
 	for _, b := range blocks {
 		newest = max(newest, b.Arrived)
+		if b.Level == 0 {
+			upload = max(upload, b.Arrived)
+		}
 		if b.MinT < start || b.MaxT > end || b.Level > g.Level {
 			continue
 		}
@@ -107,6 +113,9 @@ func (p Policy) Plan(g GroupKey, blocks []Candidate, now time.Time) Decision {
 	closed := now.UnixMilli() >= newest+p.CloseDelay.Milliseconds()
 	if !closed && !covers(srcs, start, end, p.Slot.Milliseconds()) {
 		return Decision{Wait: "range not covered yet and not closed", ClosesAt: newest + p.CloseDelay.Milliseconds()}
+	}
+	if due := upload + p.UploadWait.Milliseconds(); p.UploadWait > 0 && now.UnixMilli() < due {
+		return Decision{Wait: "an upload in range arrived less than the upload wait ago: its replicas may still come", ClosesAt: due}
 	}
 	sort.Slice(srcs, func(i, j int) bool { return srcs[i].ID < srcs[j].ID })
 	n, fits, why := p.Size(srcs)

@@ -73,6 +73,64 @@ func TestPlan(t *testing.T) {
 	}
 }
 
+// TestPlanWaitsForReplicas: a range holding uploads is planned no earlier
+// than the upload wait after the newest of them arrived, covered or not,
+// so that the replicas of a block shipped a minute after the first are
+// sources of the range's first version rather than of a second; outputs
+// arriving do not restart the wait, and NoUploadWait plans at once.
+func TestPlanWaitsForReplicas(t *testing.T) {
+	g12 := GroupKey{Stream: st, Level: 1, RangeStart: 0}
+	g24 := GroupKey{Stream: st, Level: 2, RangeStart: 0}
+	const minute = int64(time.Minute / time.Millisecond)
+	arrived := 30 * h // the newest upload's arrival, long after the range ended
+	replicas := func(at int64) []Candidate {
+		var bs []Candidate
+		for i := int64(0); i < 6; i++ {
+			b := blk(string(rune('a'+i)), 2*i, 2*i+2, 0)
+			b.Arrived = at - 10*minute
+			bs = append(bs, b)
+		}
+		bs[5].Arrived = at
+		return bs
+	}
+	output := func(id string, minH, maxH int64, at int64) Candidate {
+		b := blk(id, minH, maxH, 1)
+		b.Arrived = at
+		return b
+	}
+	const waiting = "an upload in range arrived less than the upload wait ago: its replicas may still come"
+	tests := []struct {
+		name     string
+		wait     time.Duration
+		g        GroupKey
+		blocks   []Candidate
+		now      int64
+		sources  int
+		why      string
+		closesAt int64
+	}{
+		{"a covered range waits for its newest upload's replicas", 0, g12, replicas(arrived), arrived + minute, 0, waiting, arrived + 10*minute},
+		{"it is planned once the wait has passed", 0, g12, replicas(arrived), arrived + 10*minute, 6, "", 0},
+		{"a set wait is honoured", 3 * time.Minute, g12, replicas(arrived), arrived + 2*minute, 0, waiting, arrived + 3*minute},
+		{"a set wait passes", 3 * time.Minute, g12, replicas(arrived), arrived + 3*minute, 6, "", 0},
+		{"NoUploadWait plans at once", NoUploadWait, g12, replicas(arrived), arrived, 6, "", 0},
+		{"an output arriving does not restart the wait", 0, g24,
+			[]Candidate{output("o1", 0, 12, arrived+time.Hour.Milliseconds()), output("o2", 12, 24, arrived+time.Hour.Milliseconds())},
+			arrived + time.Hour.Milliseconds(), 2, "", 0},
+		{"a late upload merged into outputs waits too", 0, g24,
+			[]Candidate{output("o1", 0, 12, arrived), output("o2", 12, 24, arrived), func() Candidate { b := blk("late", 4, 6, 0); b.Arrived = arrived; return b }()},
+			arrived + minute, 0, waiting, arrived + 10*minute},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Policy{UploadWait: tc.wait}.Plan(tc.g, tc.blocks, time.UnixMilli(tc.now))
+			if len(d.Sources) != tc.sources || d.Wait != tc.why || d.ClosesAt != tc.closesAt {
+				t.Fatalf("Plan = %d sources, wait %q until %d; want %d, %q until %d", len(d.Sources), d.Wait, d.ClosesAt, tc.sources, tc.why, tc.closesAt)
+			}
+		})
+	}
+}
+
 // backfilled returns n level-0 blocks of consecutive 2h slots from 0 as
 // promtool tsdb create-blocks-from writes them: from the first sample (15 s
 // into the slot) to the last sample (15 s before its end) + 1 ms.

@@ -38,6 +38,19 @@ type Policy struct {
 	// covered is compacted anyway (a shipper that never uploads a block
 	// must not hold a range forever). Default 1h.
 	CloseDelay time.Duration
+	// UploadWait is how long a range holding uploaded (level-0) blocks
+	// waits after the newest of them arrived before it is compacted, even
+	// when its blocks cover it: the replicas of one Prometheus, and the
+	// ingesters of a Cortex or Mimir tenant, cut the same 2h block and
+	// ship it within a minute or two of each other, and a range planned
+	// as soon as the first of them covers it is compacted again for each
+	// that comes after (a new version merging them vertically, every
+	// sample of the range read and written once more). Mimir's compactor
+	// waits for the same reason (-compactor.first-level-compaction-wait-
+	// period, 25m), Thanos' (--consistency-delay, 30m) ignores young
+	// blocks. SLUICE_UPLOAD_WAIT, default DefaultUploadWait; NoUploadWait
+	// (SLUICE_UPLOAD_WAIT=0) plans a covered range at once.
+	UploadWait time.Duration
 	// MaxSeriesPerPartition bounds one partition job's series (one Lambda's
 	// memory). Default 2,000,000.
 	MaxSeriesPerPartition uint64
@@ -102,6 +115,16 @@ const (
 	SplitMinPartitions = 4
 )
 
+// DefaultUploadWait is Policy.UploadWait's default: shorter than Mimir's
+// 25 minutes and Thanos' 30, because Sluice hears of every upload as it
+// lands and need not wait out a bucket scan as well, and long enough for
+// the slowest replica of a pair that ships every 30 s to land its block.
+// NoUploadWait turns the wait off.
+const (
+	DefaultUploadWait               = 10 * time.Minute
+	NoUploadWait      time.Duration = -1
+)
+
 // JobSeriesLimit is the most series one compaction job is given: what one
 // compact function (10 GiB) holds with room (docs/block-engine.md). With
 // SingleBlock it is the series limit whatever MaxSeriesPerPartition says.
@@ -117,6 +140,9 @@ func (p Policy) Defaults() Policy {
 	}
 	if p.CloseDelay == 0 {
 		p.CloseDelay = time.Hour
+	}
+	if p.UploadWait == 0 {
+		p.UploadWait = DefaultUploadWait
 	}
 	if p.MaxSeriesPerPartition == 0 {
 		p.MaxSeriesPerPartition = JobSeriesLimit

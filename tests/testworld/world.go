@@ -96,6 +96,9 @@ func New(t testing.TB, o Options) *World {
 		c.RedriveAfter = 10 * time.Second
 		c.LeaseDuration = time.Minute
 		c.StuckAfter = 5 * time.Minute
+		// A covered range is planned at once, as the tests' timelines
+		// expect; TestUploadWaitGathersLateReplicas turns the wait on.
+		c.Policy.UploadWait = planning.NoUploadWait
 		c.ScratchDir = t.TempDir()
 		if o.Configure != nil {
 			o.Configure(c)
