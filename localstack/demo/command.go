@@ -42,6 +42,7 @@ logs in .sluice/demo.log (.sluice/demo-thanos.log).
 			fs.IntVar(&o.Series, "series", 200, "series per block")
 			fs.Uint64Var(&o.Seed, "seed", 0, "seed of the shuffled upload order (0: from the clock)")
 			fs.DurationVar(&o.DeletionDelay, "deletion-delay", 5*time.Second, "how long retired sources stay before they are deleted")
+			fs.DurationVar(&o.UploadWait, "upload-wait", 3*time.Second, "how long a range holding uploads waits after its newest upload for late replicas (negative: none)")
 			fs.DurationVar(&o.Timeout, "timeout", 5*time.Minute, "how long the pipeline may take to settle")
 			fs.StringVar(&o.WorkDir, "workdir", ".sluice/demo", "where generated and downloaded blocks go")
 			thanos := fs.Bool("thanos", true, "also run the Thanos-layout deployment beside the main one")

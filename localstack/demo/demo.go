@@ -39,6 +39,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/config"
 	"github.com/sluice-dev/sluice/shared/equiv"
 	"github.com/sluice-dev/sluice/shared/overrides"
+	"github.com/sluice-dev/sluice/shared/planning"
 	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/s3errors"
@@ -75,6 +76,11 @@ type Options struct {
 	MaxSeriesPerPartition uint64
 	// DeletionDelay before retired sources are deleted; default 5s.
 	DeletionDelay time.Duration
+	// UploadWait is the policy's upload wait (SLUICE_UPLOAD_WAIT): a range
+	// holding uploads is compacted that long after the newest of them
+	// arrived; default 3s, the demo's scale of the 10 minutes in AWS.
+	// Negative: none.
+	UploadWait time.Duration
 	// Duplicates is how many S3 notifications are sent twice; default 4.
 	Duplicates int
 	// Seed of the upload order; 0 picks one from the clock.
@@ -130,6 +136,9 @@ func (o *Options) defaults() {
 	}
 	if o.DeletionDelay == 0 {
 		o.DeletionDelay = 5 * time.Second
+	}
+	if o.UploadWait == 0 {
+		o.UploadWait = 3 * time.Second
 	}
 	if o.Duplicates == 0 {
 		o.Duplicates = 4
@@ -468,6 +477,9 @@ func (r *run) provision(ctx context.Context) error {
 		}
 	}
 	r.stepf("provision", "%s: versioned bucket, state table, 4 queues with dead-letter queues (%s)", r.opts.Prefix, since(start))
+	if r.cfg.Policy.UploadWait > 0 {
+		r.detailf("a range holding uploads is compacted %s after its newest upload, so that late replicas join its first version (SLUICE_UPLOAD_WAIT, 10m in AWS)", r.cfg.Policy.UploadWait)
+	}
 	if !r.thanos {
 		r.detailf("runtime overrides in %s: tenant %s keeps blocks %d days", overrides.Key(r.cfg.Layout), archiveTenant, int(archiveRetention.Hours()/24))
 	}
@@ -482,6 +494,10 @@ func (r *run) provision(ctx context.Context) error {
 func (r *run) configure(c *config.Config) {
 	c.DeletionDelay = r.opts.DeletionDelay
 	c.OrphanDelay = 10 * time.Second
+	c.Policy.UploadWait = r.opts.UploadWait
+	if c.Policy.UploadWait < 0 {
+		c.Policy.UploadWait = planning.NoUploadWait
+	}
 	if r.thanos {
 		thanosConfig(c)
 		return

@@ -497,13 +497,22 @@ func (c Cleaner) Sweep(ctx context.Context) error {
 	}
 	errs = append(errs, c.deleteRetired(ctx, deletes)...)
 	// The range and orphan entries finished, taken off the agenda together.
+	// A range is asked for once however many of its entries are due (each
+	// planning that found it waiting left one), the requests sent
+	// together; should the send fail, every entry stays for the next sweep.
 	var done []records.AgendaEntry
+	var plans []messages.PlanRequest
+	asked := map[string]bool{}
 	for _, e := range ranges {
-		if err := c.Send.Plan(ctx, messages.PlanRequest{Tenant: e.Tenant, Group: e.Subject, Why: "range closed"}); err != nil {
-			errs = append(errs, err)
-			continue
+		if k := e.Tenant + "/" + e.Subject; !asked[k] {
+			asked[k] = true
+			plans = append(plans, messages.PlanRequest{Tenant: e.Tenant, Group: e.Subject, Why: "range closed"})
 		}
-		done = append(done, e)
+	}
+	if err := c.Send.Plans(ctx, plans); err != nil {
+		errs = append(errs, err)
+	} else {
+		done = append(done, ranges...)
 	}
 	for _, e := range orphans {
 		if err := c.secondOrphanSweep(ctx, e); err != nil {

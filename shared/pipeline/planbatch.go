@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"slices"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -59,6 +60,9 @@ type batchGroup struct {
 	// target (after every registration); nil: planning reads it.
 	head *records.Group
 	msgs []string
+	// upload is the newest arrival (ms) of the level-0 blocks the batch
+	// found this group to be the target of, 0 for none.
+	upload int64
 }
 
 // batchBlock is a block whose group is found at the end of the batch: the
@@ -222,12 +226,35 @@ func (p Planner) planBatch(ctx context.Context, q *planBatch) (failed []string) 
 		return cmp.Compare(planOrder(a.key), planOrder(b.key))
 	})
 	for _, bg := range ordered {
-		err := recovered(func() error { return p.planGroup(ctx, bg.tenant, bg.key, bg.head) })
+		err := recovered(func() error {
+			if due, ok := p.uploadWaitDue(ctx, bg); ok {
+				p.Logger.InfoContext(ctx, "nothing to plan: an upload in range arrived less than the upload wait ago", logattr.Group(bg.tenant, bg.key), "until", due)
+				return p.records().PutAgenda(ctx, records.AgendaRange, due, bg.tenant, bg.key.String())
+			}
+			return p.planGroup(ctx, bg.tenant, bg.key, bg.head)
+		})
 		if err != nil {
 			fail(bg.msgs, logattr.Group(bg.tenant, bg.key), err)
 		}
 	}
 	return failed
+}
+
+// uploadWaitDue reports when range bg may be planned, when the batch knows
+// without reading it that it may not be planned now: a level-0 block the
+// batch registered into it arrived less than the tenant's upload wait ago,
+// and planning's first rule for such a range (planning.Policy.Plan) is to
+// wait. Its head, members and their records are then read once, when the
+// wait is over (the sweep plans it at due), not also now to find that it
+// waits. Nothing is written but the agenda entry; planning later decides
+// on what it reads then.
+func (p Planner) uploadWaitDue(ctx context.Context, bg *batchGroup) (time.Time, bool) {
+	if bg.upload == 0 || bg.key.IsSplit() || bg.key.IsDownsample() {
+		return time.Time{}, false
+	}
+	wait := p.overrides(ctx).Policy(bg.tenant, p.Config.Policy).Defaults().UploadWait
+	due := timeMs(bg.upload + wait.Milliseconds())
+	return due, wait > 0 && p.now().Before(due)
 }
 
 // planOrder ranks a group in a batch's planning: a block's own groups
@@ -273,6 +300,9 @@ func (p Planner) targets(ctx context.Context, q *planBatch, tenant string, block
 		bg := q.add(tenant, g, bb.msg)
 		if head, ok := heads[g]; ok {
 			bg.head = &head
+		}
+		if b.Level == 0 {
+			bg.upload = max(bg.upload, b.Arrived)
 		}
 	}
 	return nil
