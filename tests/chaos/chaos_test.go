@@ -22,6 +22,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -117,6 +118,8 @@ const (
 	// attempt and still reaches the limit quickly.
 	deadlineMargin = 20 * time.Second
 	maxJobAttempts = 20
+	// chaosUploadWait is the upload wait of the seeds that have one.
+	chaosUploadWait = 20 * time.Second
 )
 
 // coverageSeeds is the smallest run whose report must show every fault
@@ -164,6 +167,9 @@ func uncovered(results []result) []string {
 	}
 	if n, _ := tally(results, func(r result) int { return r.downsamples }); n == 0 {
 		out = append(out, "no block was downsampled: no downsample job ran")
+	}
+	if !slices.ContainsFunc(results, func(r result) bool { return r.uploadWait }) {
+		out = append(out, "no seed waited for its uploads' replicas")
 	}
 	return out
 }
@@ -229,6 +235,8 @@ type result struct {
 	// and partitionedDownsamples the downsample groups whose last version
 	// was written in partitions.
 	splits, downsamples, partitionedDownsamples int
+	// uploadWait: the seed's ranges waited for their uploads' replicas.
+	uploadWait bool
 }
 
 func replayCommand(seed int64) string {
@@ -353,6 +361,12 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 	// one that holds its sources already.
 	dsRNG := rand.New(rand.NewPCG(uint64(seed), 0xd0b5))
 	downsampling := !split && dsRNG.IntN(3) == 0
+	// A third of all seeds wait for their uploads' replicas
+	// (planning.Policy.UploadWait, on the handlers' clock) before a range
+	// holding them is compacted: their ranges are planned by the sweep
+	// from the agenda, not by the uploads' batches, and the settle loop
+	// lets the waits pass as it lets deletion delays pass.
+	res.uploadWait = rand.New(rand.NewPCG(uint64(seed), 0x0a17)).IntN(3) == 0
 	// A third of those downsample the 2h uploads themselves, as blocks
 	// adopted whole: an upload over the seed's series limit is
 	// downsampled in partitions, which the 4h and 8h blocks' downsamples
@@ -378,6 +392,9 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 			c.DeletionDelay, c.OrphanDelay = deletionDelay, orphanDelay
 			c.DeadlineMargin, c.MaxJobAttempts = deadlineMargin, maxJobAttempts
 			c.ReplicaLabels = []string{"replica"}
+			if res.uploadWait {
+				c.Policy.UploadWait = chaosUploadWait
+			}
 		},
 	})
 	// The bus delivers S3's notifications (notifyS3, the workload): the
@@ -430,7 +447,7 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 		res.blocks += len(tb.blocks)
 	}
 	sort.Strings(names)
-	t.Logf("seed %d: tenants %v, at most %d series per partition, split on arrival %v, downsampling %v (raw span %v)", seed, names, maxSeries, split, downsampling, rawSpan)
+	t.Logf("seed %d: tenants %v, at most %d series per partition, split on arrival %v, downsampling %v (raw span %v), upload wait %v", seed, names, maxSeries, split, downsampling, rawSpan, res.uploadWait)
 
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout+time.Minute)
 	defer cancel()
@@ -496,9 +513,10 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 			return false, nil
 		}
 		// Quiescent and nothing runs: let the delays pass — deletions,
-		// second orphan sweeps — rather than wait for them.
+		// second orphan sweeps, ranges waiting for their uploads' replicas
+		// or their close — rather than wait for them.
 		var next time.Time
-		for _, k := range []records.AgendaKind{records.AgendaDelete, records.AgendaOrphans, records.AgendaActive} {
+		for _, k := range []records.AgendaKind{records.AgendaDelete, records.AgendaOrphans, records.AgendaActive, records.AgendaRange} {
 			all, err := w.Store.Due(ctx, k, clock.Now().Add(24*time.Hour))
 			if err != nil {
 				return false, err
@@ -692,6 +710,13 @@ func report(results []result, failed []int64, wall time.Duration) string {
 	partitioned, partitionedSeeds := tally(results, func(r result) int { return r.partitionedDownsamples })
 	fmt.Fprintf(&b, "blocks downsampled: %d downsample versions in %d seeds; %d downsamples written in partitions, in %d seeds\n",
 		downsamples, downsampleSeeds, partitioned, partitionedSeeds)
+	_, waitSeeds := tally(results, func(r result) int {
+		if r.uploadWait {
+			return 1
+		}
+		return 0
+	})
+	fmt.Fprintf(&b, "ranges waiting for their uploads' replicas (upload wait %v): %d seeds\n", chaosUploadWait, waitSeeds)
 	fmt.Fprintf(&b, "faults injected: %d\n", nFaults)
 	for _, k := range sortedKeys(faults) {
 		fmt.Fprintf(&b, "  %6d  %s\n", faults[k], k)
