@@ -74,7 +74,7 @@ func TestStatusPage(t *testing.T) {
 		`data-block="01HK3QGM00JS67MS0A0DFMSX3V"`, `data-level="1"`, `data-state="LIVE"`,
 		`<details class="group" data-group="g1">`, `01OUT0`, `(empty: no series hash into it)`,
 		`<tr class="waiting" data-group="g2"><td>L2</td><td>1970-01-01 12:00 → 1970-01-02 12:00</td><td><code>{job=&#34;&lt;web&gt;&#34;}</code></td>`,
-		`closes at 2027-01-15 09:00 UTC`, `checksum &lt;mismatch&gt;`, `<td>block-ops</td>`, `1m30s ago`,
+		`looks again at 2027-01-15 09:00 UTC`, `checksum &lt;mismatch&gt;`, `<td>block-ops</td>`, `1m30s ago`,
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the page lacks %s", want)
