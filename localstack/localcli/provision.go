@@ -35,8 +35,7 @@ the SLUICE_* names and, for trying things locally, short delays — a range
 that is not fully covered closes after --close-delay, a covered one is
 compacted --upload-wait after its newest upload (0: at once; 10m in AWS),
 compacted sources are deleted --deletion-delay after their deletion mark.
-Running it again
-changes nothing.
+Running it again changes nothing.
 
 Then use the deployment with any sluice command:
 

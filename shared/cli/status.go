@@ -416,8 +416,9 @@ func GatherStatus(ctx context.Context, st *records.Store, q SQSAPI, cfg config.C
 
 // waitingRanges adds to each tenant the ranges the agenda says wait (a
 // range that was not covered yet, or whose newest upload is younger than
-// the policy's upload wait, and has no group), the earliest time first. A range is listed once, at the last time the agenda names
-// for it: every arrival in it pushes its close out.
+// the policy's upload wait, and has no group), the earliest time first. A
+// range is listed once, at the last time the agenda names for it: every
+// arrival in it pushes its close out.
 func waitingRanges(ctx context.Context, st *records.Store, rep *StatusReport, policy func(tenant string) planning.Policy, now time.Time) error {
 	all, err := st.DueAll(ctx, now.Add(100*365*24*time.Hour))
 	if err != nil {

@@ -44,9 +44,9 @@ type Figures struct {
 // of level 0 or 1 in the range) and the range has closed — its end, or
 // the last arrival in it if later, plus the policy's close delay or its
 // upload wait, whichever is longer (the rules planning.Policy.Plan
-// applies; a covered range may be planned sooner). Its wait is counted from then, so a
-// block waiting for its range to close is not "behind", and a backfill of
-// old data is due as soon as its uploads stop. Blocks that can never be
+// applies; a covered range may be planned sooner). Its wait is counted
+// from then, so a block waiting for its range to close is not "behind",
+// and a backfill of old data is due as soon as its uploads stop. Blocks that can never be
 // compacted (a no-compact mark, or one straddling the level-1 boundary)
 // are not counted: status lists them.
 func Tenant(pol planning.Policy, tenant string, blocks []records.Block, groups []records.Group, undone map[string]int, now time.Time) Figures {

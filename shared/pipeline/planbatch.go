@@ -243,11 +243,11 @@ func (p Planner) planBatch(ctx context.Context, q *planBatch) (failed []string) 
 // uploadWaitDue reports when range bg may be planned, when the batch knows
 // without reading it that it may not be planned now: a level-0 block the
 // batch registered into it arrived less than the tenant's upload wait ago,
-// and planning's first rule for such a range (planning.Policy.Plan) is to
-// wait. Its head, members and their records are then read once, when the
-// wait is over (the sweep plans it at due), not also now to find that it
-// waits. Nothing is written but the agenda entry; planning later decides
-// on what it reads then.
+// and planning.Policy.Plan plans no range holding such a block before its
+// wait is over. Its head, members and their records are then read once,
+// when the wait is over (the sweep asks for it at due), not also now to
+// find that it waits. Nothing is written but the agenda entry; planning
+// then decides on what it reads, and may wait on (for coverage, say).
 func (p Planner) uploadWaitDue(ctx context.Context, bg *batchGroup) (time.Time, bool) {
 	if bg.upload == 0 || bg.key.IsSplit() || bg.key.IsDownsample() {
 		return time.Time{}, false
