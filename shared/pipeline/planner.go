@@ -669,7 +669,7 @@ func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKe
 		}
 	} else {
 		blocks, err = p.records().RangeBlocks(ctx, tenant, g)
-		cands = candidates(blocks)
+		cands = withMeta(candidates(blocks), blocks)
 	}
 	if err != nil {
 		return false, err
@@ -815,6 +815,35 @@ func candidates(blocks []records.Block) []planning.Candidate {
 		out = append(out, c)
 	}
 	return out
+}
+
+// withMeta adds to cands the compaction sources and the resolution their
+// blocks' meta.json give, when any of them is a partition: planning then
+// tells whether merging them would make a block that names a source of
+// which it holds only some partitions (planning.Plan, for downsampled
+// streams). An unpartitioned range needs neither, and nothing is parsed.
+func withMeta(cands []planning.Candidate, blocks []records.Block) []planning.Candidate {
+	if !slices.ContainsFunc(cands, func(c planning.Candidate) bool { return c.PartitionCount > 1 }) {
+		return cands
+	}
+	byID := map[string]records.Block{}
+	for _, b := range blocks {
+		byID[b.ID] = b
+	}
+	for i := range cands {
+		b := byID[cands[i].ID]
+		m, err := blockmeta.Parse([]byte(b.Meta), b.Key())
+		if err != nil {
+			continue
+		}
+		if m.Thanos != nil {
+			cands[i].Resolution = m.Thanos.Downsample.Resolution
+		}
+		for _, id := range m.Compaction.Sources {
+			cands[i].Sources = append(cands[i].Sources, id.String())
+		}
+	}
+	return cands
 }
 
 // candidate is what planning's sizing needs of a block: its range, level,

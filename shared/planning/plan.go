@@ -1,6 +1,7 @@
 package planning
 
 import (
+	"slices"
 	"sort"
 	"time"
 )
@@ -117,6 +118,18 @@ func (p Policy) Plan(g GroupKey, blocks []Candidate, now time.Time) Decision {
 	if due := upload + p.UploadWait.Milliseconds(); p.UploadWait > 0 && now.UnixMilli() < due {
 		return Decision{Wait: "an upload in range arrived less than the upload wait ago: its replicas may still come", ClosesAt: due}
 	}
+	if src, ok := partialSource(srcs); ok {
+		// Merged, the blocks would name src as a source of the output
+		// while holding some of its partitions only, and a downsample
+		// planned later trusts the names (planDownsample): the raw block
+		// whose downsample holds the rest would count as downsampled, and
+		// its windows would be in no block. The missing partitions come
+		// with that downsample (a raw block of this range's stream is
+		// downsampled partition by partition, and replaces the narrower
+		// block it overlaps), whose output asks for this range again.
+		return Decision{Wait: "the range's blocks hold only some partitions of source " + src + "; the rest is still to be downsampled",
+			ClosesAt: now.Add(DownsampleRecheck).UnixMilli()}
+	}
 	sort.Slice(srcs, func(i, j int) bool { return srcs[i].ID < srcs[j].ID })
 	n, fits, why := p.Size(srcs)
 	d := Decision{Sources: srcs, Partitions: n}
@@ -124,6 +137,50 @@ func (p Policy) Plan(g GroupKey, blocks []Candidate, now time.Time) Decision {
 		d.DoesNotFit = why
 	}
 	return d
+}
+
+// partialSource reports a compaction source of the downsampled blocks bs
+// (resolution above 0) that they hold only some partitions of: a source
+// named by a block of partition q of c is held in the series whose hash
+// modulo c is q, and the blocks naming it must together hold every
+// residue. Blocks of raw data are not judged: a raw range may leave out a
+// partition that cannot be compacted (a no-compact mark) and still merge
+// the rest, and nothing reads a raw block's sources as a promise.
+func partialSource(bs []Candidate) (string, bool) {
+	k := 1
+	for _, b := range bs {
+		if b.Resolution == 0 {
+			return "", false
+		}
+		if b.PartitionCount > k && powerOfTwo(b.PartitionCount) {
+			k = b.PartitionCount
+		}
+	}
+	if k == 1 {
+		return "", false
+	}
+	held := map[string][]bool{}
+	var names []string
+	for _, b := range bs {
+		for _, s := range b.Sources {
+			h := held[s]
+			if h == nil {
+				h = make([]bool, k)
+				held[s] = h
+				names = append(names, s)
+			}
+			for r := range k {
+				h[r] = h[r] || Holds(b.PartitionCount, b.PartitionID, r, k)
+			}
+		}
+	}
+	sort.Strings(names)
+	for _, s := range names {
+		if slices.Contains(held[s], false) {
+			return s, true
+		}
+	}
+	return "", false
 }
 
 // planSplit decides the split of block g.Block: itself, in SplitCount

@@ -131,6 +131,57 @@ func TestPlanWaitsForReplicas(t *testing.T) {
 	}
 }
 
+// TestPlanWaitsForTheRestOfAPartitionedSource: in a downsampled stream,
+// blocks that would merge into one naming a source of which they hold
+// only some partitions wait for the rest (the raw block's downsample
+// still to come); complete sets merge, and raw ranges are not judged.
+// Chaos seed 1183 (2026-12-07): a 5m block of a 12h range's partition 0
+// merged with the 5m block of the 24h range's partition 1; the merge named
+// the 24h range's every source, the 24h range's partition 0 then counted as
+// downsampled, and its second half's windows were in no 5m block.
+func TestPlanWaitsForTheRestOfAPartitionedSource(t *testing.T) {
+	g24 := GroupKey{Stream: st, Level: 2, RangeStart: 0}
+	part := func(id string, minH, maxH int64, res int64, count, p int, sources ...string) Candidate {
+		b := blk(id, minH, maxH, 1)
+		b.Resolution, b.PartitionCount, b.PartitionID, b.Sources = res, count, p, sources
+		return b
+	}
+	const fiveM = Resolution5m
+	tests := []struct {
+		name    string
+		blocks  []Candidate
+		sources int
+		wait    string
+	}{
+		{"a half day's partition 0 and the whole day's partition 1 wait", []Candidate{
+			part("a0", 0, 12, fiveM, 2, 0, "u1", "u2"), part("d1", 0, 24, fiveM, 2, 1, "u1", "u2", "u3", "u4")}, 0,
+			"the range's blocks hold only some partitions of source u3; the rest is still to be downsampled"},
+		{"both partitions of the day merge", []Candidate{
+			part("d0", 0, 24, fiveM, 2, 0, "u1", "u2", "u3", "u4"), part("d1", 0, 24, fiveM, 2, 1, "u1", "u2", "u3", "u4")}, 2, ""},
+		{"both partitions of both halves merge", []Candidate{
+			part("a0", 0, 12, fiveM, 2, 0, "u1", "u2"), part("a1", 0, 12, fiveM, 2, 1, "u1", "u2"),
+			part("b0", 12, 24, fiveM, 2, 0, "u3", "u4"), part("b1", 12, 24, fiveM, 2, 1, "u3", "u4")}, 4, ""},
+		{"partitions of four held by partitions of two and an unpartitioned block", []Candidate{
+			part("q0", 0, 24, fiveM, 4, 0, "u1"), part("q2", 0, 24, fiveM, 4, 2, "u1"), part("h1", 0, 24, fiveM, 2, 1, "u1"),
+			part("w", 0, 24, fiveM, 0, 0, "u2")}, 4, ""},
+		{"raw blocks are not judged", []Candidate{
+			part("a0", 0, 12, 0, 2, 0, "u1", "u2"), part("d1", 0, 24, 0, 2, 1, "u1", "u2", "u3", "u4")}, 2, ""},
+		{"unpartitioned downsampled blocks merge", []Candidate{
+			part("a", 0, 12, fiveM, 0, 0, "u1", "u2"), part("b", 12, 24, fiveM, 0, 0, "u3", "u4")}, 2, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Policy{}.Plan(g24, tc.blocks, time.UnixMilli(48*h))
+			if len(d.Sources) != tc.sources || d.Wait != tc.wait {
+				t.Fatalf("Plan = %d sources, wait %q; want %d, %q", len(d.Sources), d.Wait, tc.sources, tc.wait)
+			}
+			if tc.wait != "" && d.ClosesAt == 0 {
+				t.Fatal("a range waiting for a downsample has no recheck")
+			}
+		})
+	}
+}
+
 // backfilled returns n level-0 blocks of consecutive 2h slots from 0 as
 // promtool tsdb create-blocks-from writes them: from the first sample (15 s
 // into the slot) to the last sample (15 s before its end) + 1 ms.
