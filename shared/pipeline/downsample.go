@@ -87,14 +87,10 @@ func (p Planner) downsampleBlocks(ctx context.Context, tenant string, g planning
 	}
 	for i := range cands {
 		b := byID[cands[i].ID]
+		addMeta(&cands[i], b)
 		cands[i].Stream, cands[i].Resolution = b.Stream, g.Resolution
 		if b.ID == src.ID {
 			cands[i].Resolution = sr.Resolution
-		}
-		if m, err := blockmeta.Parse([]byte(b.Meta), b.Key()); err == nil {
-			for _, id := range m.Compaction.Sources {
-				cands[i].Sources = append(cands[i].Sources, id.String())
-			}
 		}
 	}
 	return blocks, cands, target, nil

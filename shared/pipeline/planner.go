@@ -831,19 +831,25 @@ func withMeta(cands []planning.Candidate, blocks []records.Block) []planning.Can
 		byID[b.ID] = b
 	}
 	for i := range cands {
-		b := byID[cands[i].ID]
-		m, err := blockmeta.Parse([]byte(b.Meta), b.Key())
-		if err != nil {
-			continue
-		}
-		if m.Thanos != nil {
-			cands[i].Resolution = m.Thanos.Downsample.Resolution
-		}
-		for _, id := range m.Compaction.Sources {
-			cands[i].Sources = append(cands[i].Sources, id.String())
-		}
+		addMeta(&cands[i], byID[cands[i].ID])
 	}
 	return cands
+}
+
+// addMeta sets c's compaction sources and resolution from b's meta.json
+// (left unset when it does not parse: a candidate's record was written
+// from a meta.json that did).
+func addMeta(c *planning.Candidate, b records.Block) {
+	m, err := blockmeta.Parse([]byte(b.Meta), b.Key())
+	if err != nil {
+		return
+	}
+	if m.Thanos != nil {
+		c.Resolution = m.Thanos.Downsample.Resolution
+	}
+	for _, id := range m.Compaction.Sources {
+		c.Sources = append(c.Sources, id.String())
+	}
 }
 
 // candidate is what planning's sizing needs of a block: its range, level,
