@@ -106,8 +106,13 @@ func (p Planner) honourMark(ctx context.Context, k blockkey.Key, b records.Block
 			log.DebugContext(ctx, "deletion mark honoured already; its range is planned again", "state", b.State)
 			return false, p.planFor(ctx, b, ask)
 		}
-		log.DebugContext(ctx, "mark of a block that is leaving already; nothing to do", "state", b.State)
-		return false, nil
+		if deletion && b.State == protocol.BlockRetiring {
+			// Sluice's own mark, almost always: the retirement's MARK
+			// op writes it before its record names it.
+			log.DebugContext(ctx, "mark of a block that is leaving already; nothing to do", "state", b.State)
+			return false, nil
+		}
+		return false, p.deleteLeftMarks(ctx, k, b, log)
 	default:
 		log.DebugContext(ctx, "mark of a block that is leaving or left alone already; nothing to do", "state", b.State)
 		return false, nil
@@ -213,4 +218,36 @@ func (p Planner) markTime(ctx context.Context, k blockkey.Key, body []byte) time
 		return p.now()
 	}
 	return time.Unix(m.DeletionTime, 0)
+}
+
+// deleteLeftMarks deletes, by their versions, the marks under the prefix
+// of block b that its record does not name and nothing will delete: b is
+// DELETED (every mark there: an operator's script working from a stale
+// list, or a zombie of Sluice's own MARK that wrote after the block's
+// DELETE), or RETIRING and the mark is a no-compact one (another tool's:
+// Sluice writes one only for a quarantined block, and a RETIRING block is
+// compacted never again). The block's DELETE deletes only the versions
+// its record names, so such a mark would stay alone under a prefix with
+// no meta.json, a partial block to every reader. A RETIRING block's
+// deletion marks are left alone: the retirement's MARK writes Sluice's
+// own before its record names it. One LIST of the block's own prefix;
+// the uploader never deletes a version the record names.
+func (p Planner) deleteLeftMarks(ctx context.Context, k blockkey.Key, b records.Block, log *slog.Logger) error {
+	l, err := p.listBlock(ctx, k)
+	if err != nil {
+		return fmt.Errorf("marks left on %s: %w", k.BlockKey(), err)
+	}
+	var left []records.ObjectVersion
+	for _, v := range l.versions {
+		mark := v.RelPath == blockkey.NoCompactMarkFile || (v.RelPath == blockkey.DeletionMarkFile && b.State == protocol.BlockDeleted)
+		if mark && !b.Names(v.RelPath, v.VersionID) {
+			left = append(left, v)
+		}
+	}
+	if len(left) == 0 {
+		log.DebugContext(ctx, "mark of a block that is leaving already; nothing to do", "state", b.State)
+		return nil
+	}
+	log.WarnContext(ctx, "mark written on a block Sluice is done with; deleting it", "state", b.State, "versions", len(left))
+	return p.sendStray(ctx, k, b, left)
 }

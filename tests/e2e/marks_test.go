@@ -304,3 +304,64 @@ func TestNoCompactMarkBetweenReadAndClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A mark another tool writes on a block Sluice is done with — an
+// operator's script working from a stale list, or a zombie of Sluice's
+// own MARK landing after the block's DELETE — is deleted by its version:
+// a no-compact mark on a retiring block at once (the block's DELETE
+// deletes only the versions its record names), any mark on a deleted
+// block too. Before, such a mark stayed in the bucket alone under a
+// prefix with no meta.json: a partial block to every reader.
+func TestMarksOnBlocksSluiceIsDoneWithAreDeleted(t *testing.T) {
+	t.Parallel()
+	clock := &testworld.Clock{}
+	w := testworld.New(t, testworld.Options{Pipeline: localrun.Options{Now: clock.Now},
+		Configure: func(c *config.Config) { c.DeletionDelay = time.Hour }})
+	ctx := context.Background()
+	blocks := halfDay(ctx, w, "acme", 47)
+	retiring := blocks[0].Meta.ULID.String()
+	// runUntil runs the pipeline until cond holds; the sources wait out
+	// an hour's deletion delay, so it is never quiescent before that.
+	runUntil := func(what string, cond func(context.Context) (bool, error)) {
+		t.Helper()
+		if err := w.Pipeline.Settle(ctx, 2*time.Second, time.Minute, cond); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	runUntil("the sources retire", func(ctx context.Context) (bool, error) {
+		b, _, err := w.Store.GetBlock(ctx, "acme", retiring)
+		return b.State == protocol.BlockRetiring && b.MarkVersionID != "", err
+	})
+	ncKey := objectKey(t, w, "acme", retiring, blockkey.NoCompactMarkFile)
+	putMark(t, w, "acme", retiring, blockkey.NoCompactMarkFile, time.Now())
+	runUntil("the no-compact mark on the retiring block is deleted", func(ctx context.Context) (bool, error) {
+		return !slices.ContainsFunc(listVersions(t, w, "acme", retiring), func(v records.ObjectVersion) bool {
+			return v.RelPath == ncKey
+		}), nil
+	})
+	if b, _, err := w.Store.GetBlock(ctx, "acme", retiring); err != nil || b.State != protocol.BlockRetiring || b.NoCompact {
+		t.Fatalf("retiring block = %s (no-compact %v, err %v); want RETIRING, the mark not taken for one to honour", b.State, b.NoCompact, err)
+	}
+
+	clock.Advance(time.Hour + time.Minute)
+	settleUntil(t, w, func(ctx context.Context) (bool, error) {
+		for _, b := range blocks {
+			r, _, err := w.Store.GetBlock(ctx, "acme", b.Meta.ULID.String())
+			if err != nil || r.State != protocol.BlockDeleted {
+				return false, err
+			}
+		}
+		return true, nil
+	}, "acme")
+	for i, file := range []string{blockkey.NoCompactMarkFile, blockkey.DeletionMarkFile} {
+		id := blocks[1+i].Meta.ULID.String()
+		putMark(t, w, "acme", id, file, time.Now())
+		runUntil(file+" on a deleted block is deleted", func(ctx context.Context) (bool, error) {
+			return len(listVersions(t, w, "acme", id)) == 0, nil
+		})
+	}
+	settle(t, w, "acme")
+	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+}
