@@ -460,6 +460,12 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 	go func() { defer running.Done(); sweeps.run(runCtx, time.Second) }()
 
 	wl := &workload{w: w, plan: p, rng: rand.New(rand.NewPCG(uint64(seed), 0x10ad)), tenants: tenants, notes: notes}
+	// A third of the seeds see another tool's no-compact mark written on
+	// an upload at a seeded moment of the first 8 s: before, while or
+	// after a version compacts it. Drawn from a stream of its own.
+	if mark := rand.New(rand.NewPCG(uint64(seed), 0x3a4c)); mark.IntN(3) == 0 {
+		wl.mark, wl.markAfter = mark, time.Duration(mark.IntN(8000))*time.Millisecond
+	}
 	var loadErr error
 	loaded := make(chan struct{})
 	go func() {

@@ -56,6 +56,7 @@ const (
 	fCorruptSource   = "corrupt source uploaded (damaged index: quarantined, neighbours compact)"
 	fTwoStreams      = "tenant with two Prometheus servers (two streams)"
 	fLongTenant      = "tenant id of 150 characters"
+	fForeignMark     = "another tool's no-compact mark on an upload, mid-run (live, claimed, retiring or deleted)"
 )
 
 // faultKinds lists every kind above but the load-dependent ones: a run of
@@ -67,7 +68,7 @@ func faultKinds() []string {
 		fCrashBeforeS3, fCrashAfterS3, fThrottleS3, fCrashBeforeDB, fCrashAfterDB, fThrottleDB,
 		fCrashBeforeSend, fCrashAfterSend, fCrashAtStep, fStall, fShortVisible, fDelayDelivery,
 		fDupConcurrent, fDupSequential, fSkewedTakeover, fClockJump, fLateDup, fZombie,
-		fDupEvent, fReupload, fLateBlock, fShuffledUploads, fDeadline, fCorruptSource, fTwoStreams, fLongTenant,
+		fDupEvent, fReupload, fLateBlock, fShuffledUploads, fDeadline, fCorruptSource, fTwoStreams, fLongTenant, fForeignMark,
 	}
 }
 

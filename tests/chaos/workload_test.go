@@ -11,11 +11,15 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/oklog/ulid/v2"
 
 	"github.com/sluice-dev/sluice/shared/blockgen"
 	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/messages"
+	"github.com/sluice-dev/sluice/shared/protocol"
+	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/tests/testworld"
 )
 
@@ -145,9 +149,26 @@ type workload struct {
 	rng     *rand.Rand
 	tenants []tenantBlocks
 	notes   *notifier
+	// mark, when set, writes another tool's no-compact mark on one of the
+	// tenants' uploads this long after the workload starts (markAfter):
+	// whatever state the upload is in then.
+	mark      *rand.Rand
+	markAfter time.Duration
 }
 
 func (wl *workload) run(ctx context.Context) error {
+	if wl.mark != nil {
+		marked := make(chan error, 1)
+		go func() {
+			sleep(ctx, wl.markAfter)
+			marked <- wl.markNoCompact(ctx)
+		}()
+		defer func() {
+			if err := <-marked; err != nil {
+				wl.w.T.Errorf("another tool's no-compact mark: %v", err)
+			}
+		}()
+	}
 	type up struct {
 		tenant  string
 		b       blockgen.Block
@@ -207,6 +228,55 @@ func (wl *workload) run(ctx context.Context) error {
 		return wl.upload(ctx, u.tenant, u.b.Dir, false)
 	}
 	return nil
+}
+
+// markNoCompact writes a no-compact mark as `thanos tools bucket mark`
+// does on one upload Sluice has registered, picked at random among the
+// tenants' (LIVE, CLAIMED by a version under way, RETIRING or DELETED:
+// whatever the moment makes it), and lets S3 notify. Sluice notes it on
+// a LIVE block, takes down the version that claimed it, or deletes it
+// from a block it is done with. Uploads only: a mark on a downsampled
+// partition would leave its 5m range waiting for ever (docs/protocol.md,
+// "A downsampled range merges only whole sources").
+func (wl *workload) markNoCompact(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	t := wl.tenants[wl.mark.IntN(len(wl.tenants))]
+	bs, err := wl.w.Store.TenantBlocks(ctx, t.tenant)
+	if err != nil {
+		return err
+	}
+	var uploads []records.Block
+	for _, b := range bs {
+		if b.ProducedBy == "" && b.Level == 0 && !wl.w.Damaged[t.tenant][b.ID] &&
+			b.State != protocol.BlockRejected && b.State != protocol.BlockQuarantined {
+			uploads = append(uploads, b)
+		}
+	}
+	if len(uploads) == 0 {
+		wl.w.T.Logf("another tool's no-compact mark: no upload of %s registered yet; none written", t.tenant)
+		return nil
+	}
+	b := uploads[wl.mark.IntN(len(uploads))]
+	id, err := ulid.ParseStrict(b.ID)
+	if err != nil {
+		return err
+	}
+	k, err := wl.w.Config.Layout.Block(t.tenant, id)
+	if err != nil {
+		return err
+	}
+	key := k.Object(blockkey.NoCompactMarkFile)
+	body := fmt.Sprintf(`{"id":%q,"version":1,"details":"chaos: an operator's mark","no_compact_time":%d,"reason":"manual"}`, b.ID, time.Now().Unix())
+	res, err := wl.w.Env.Clients.S3.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(wl.w.Config.Bucket), Key: aws.String(key),
+		Body: strings.NewReader(body)})
+	if err != nil {
+		return err
+	}
+	wl.plan.count(fForeignMark)
+	wl.w.T.Logf("another tool marks %s/%s no-compact (its record: %s)", t.tenant, b.ID, b.State)
+	return wl.notes.created(ctx, key, aws.ToString(res.VersionId))
 }
 
 // upload ships one block — every file, then meta.json — and lets S3 notify
