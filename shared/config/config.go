@@ -277,10 +277,11 @@ func Load(getenv func(string) string) (Config, error) {
 		}
 	}
 	c.Policy.CloseDelay = dur("SLUICE_CLOSE_DELAY", 0)
-	switch v := getenv("SLUICE_UPLOAD_WAIT"); v {
-	case "0", "0s":
+	// Any zero duration ("0", "0s", "0m") turns the wait off: unset is the
+	// default, not none.
+	if d, err := time.ParseDuration(getenv("SLUICE_UPLOAD_WAIT")); err == nil && d == 0 {
 		c.Policy.UploadWait = planning.NoUploadWait
-	default:
+	} else {
 		c.Policy.UploadWait = dur("SLUICE_UPLOAD_WAIT", 0)
 	}
 	c.Policy.MaxSeriesPerPartition = num("SLUICE_MAX_SERIES_PER_PARTITION")

@@ -52,6 +52,8 @@ func TestLoadRejects(t *testing.T) {
 			"SLUICE_BUCKET_INDEX", "mimir"), "single-tenant"},
 		{"bad retention", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_RETENTION_5M", "a year"), "SLUICE_RETENTION_5M"},
 		{"negative retention", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_RETENTION", "-3d"), "SLUICE_RETENTION"},
+		{"negative upload wait", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_UPLOAD_WAIT", "-1m"), "SLUICE_UPLOAD_WAIT"},
+		{"upload wait not a duration", env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_UPLOAD_WAIT", "none"), "SLUICE_UPLOAD_WAIT"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -196,5 +198,36 @@ func TestThanosLevelRanges(t *testing.T) {
 	}
 	if l := c.Policy.LevelOf(0, (48 * time.Hour).Milliseconds()); l != 2 {
 		t.Errorf("a Thanos 2d block is level %d, want 2", l)
+	}
+}
+
+// TestUploadWaitSetting: unset is the default wait; any zero duration
+// turns it off, whatever its unit.
+func TestUploadWaitSetting(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		want  time.Duration // after Policy.Defaults
+	}{
+		{"", planning.DefaultUploadWait},
+		{"0", 0},
+		{"0s", 0},
+		{"0m", 0},
+		{"0h", 0},
+		{"90s", 90 * time.Second},
+		{"25m", 25 * time.Minute},
+	} {
+		t.Run(tc.value, func(t *testing.T) {
+			c, err := Load(env("SLUICE_BUCKET", "b", "SLUICE_TABLE", "t", "SLUICE_UPLOAD_WAIT", tc.value))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := c.Policy.Defaults().UploadWait
+			if got < 0 {
+				got = 0
+			}
+			if got != tc.want {
+				t.Fatalf("SLUICE_UPLOAD_WAIT=%q: the wait is %v, want %v", tc.value, got, tc.want)
+			}
+		})
 	}
 }
