@@ -41,6 +41,7 @@ import (
 	"github.com/sluice-dev/sluice/shared/config"
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/pipeline"
+	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
 	"github.com/sluice-dev/sluice/shared/spec"
 	"github.com/sluice-dev/sluice/tests/testworld"
@@ -461,10 +462,13 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 
 	wl := &workload{w: w, plan: p, rng: rand.New(rand.NewPCG(uint64(seed), 0x10ad)), tenants: tenants, notes: notes}
 	// A third of the seeds see another tool's no-compact mark written on
-	// an upload at a seeded moment of the first 8 s: before, while or
-	// after a version compacts it. Drawn from a stream of its own.
+	// one of their uploads, in a state drawn for it: LIVE, CLAIMED by a
+	// version under way, RETIRING or DELETED. Drawn from a stream of its
+	// own.
 	if mark := rand.New(rand.NewPCG(uint64(seed), 0x3a4c)); mark.IntN(3) == 0 {
-		wl.mark, wl.markAfter = mark, time.Duration(mark.IntN(8000))*time.Millisecond
+		states := []protocol.BlockState{protocol.BlockLive, protocol.BlockClaimed, protocol.BlockRetiring, protocol.BlockDeleted}
+		wl.mark, wl.markIn = mark, states[mark.IntN(len(states))]
+		wl.markNow, wl.marked = make(chan struct{}), make(chan struct{})
 	}
 	var loadErr error
 	loaded := make(chan struct{})
@@ -472,6 +476,20 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 		defer close(loaded)
 		loadErr = wl.run(ctx)
 	}()
+	markPending := func() bool { return false }
+	if wl.mark != nil {
+		go wl.markWhen(runCtx)
+		var once sync.Once
+		markPending = func() bool {
+			select {
+			case <-wl.marked:
+				return false
+			default:
+				once.Do(func() { close(wl.markNow) })
+				return true
+			}
+		}
+	}
 	// One clock jump, at a seeded moment: re-drives, lease expiry, or a
 	// version that looks stuck.
 	go func() {
@@ -542,7 +560,8 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 			}
 		}
 		if next.IsZero() {
-			return true, nil
+			// The mark, if one is still to come, comes now.
+			return !markPending(), nil
 		}
 		if wait := next.Sub(clock.Now()); wait > 0 {
 			clock.Advance(wait + time.Second)

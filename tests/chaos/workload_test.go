@@ -149,26 +149,18 @@ type workload struct {
 	rng     *rand.Rand
 	tenants []tenantBlocks
 	notes   *notifier
-	// mark, when set, writes another tool's no-compact mark on one of the
-	// tenants' uploads this long after the workload starts (markAfter):
-	// whatever state the upload is in then.
-	mark      *rand.Rand
-	markAfter time.Duration
+	// mark, when set, draws the upload that another tool marks
+	// no-compact and the state it is marked in (markIn, or any later
+	// one): markWhen writes the mark, then closes marked.
+	mark   *rand.Rand
+	markIn protocol.BlockState
+	// markNow is closed by the settle loop once nothing else is left to
+	// do: the mark is written then, whatever its upload's state.
+	markNow chan struct{}
+	marked  chan struct{}
 }
 
 func (wl *workload) run(ctx context.Context) error {
-	if wl.mark != nil {
-		marked := make(chan error, 1)
-		go func() {
-			sleep(ctx, wl.markAfter)
-			marked <- wl.markNoCompact(ctx)
-		}()
-		defer func() {
-			if err := <-marked; err != nil {
-				wl.w.T.Errorf("another tool's no-compact mark: %v", err)
-			}
-		}()
-	}
 	type up struct {
 		tenant  string
 		b       blockgen.Block
@@ -230,40 +222,72 @@ func (wl *workload) run(ctx context.Context) error {
 	return nil
 }
 
-// markNoCompact writes a no-compact mark as `thanos tools bucket mark`
-// does on one upload Sluice has registered, picked at random among the
-// tenants' (LIVE, CLAIMED by a version under way, RETIRING or DELETED:
-// whatever the moment makes it), and lets S3 notify. Sluice notes it on
-// a LIVE block, takes down the version that claimed it, or deletes it
-// from a block it is done with. Uploads only: a mark on a downsampled
-// partition would leave its 5m range waiting for ever (docs/protocol.md,
-// "A downsampled range merges only whole sources").
-func (wl *workload) markNoCompact(ctx context.Context) error {
-	if ctx.Err() != nil {
-		return nil
-	}
+// markRank orders the states an upload goes through: one is marked in
+// the state drawn for it or, if it went past that unseen, a later one.
+var markRank = map[protocol.BlockState]int{
+	protocol.BlockLive: 0, protocol.BlockClaimed: 1, protocol.BlockRetiring: 2, protocol.BlockDeleted: 3,
+}
+
+// markWhen writes a no-compact mark as `thanos tools bucket mark` does on
+// one upload of a tenant drawn at random, once it is in the state drawn
+// (markIn) or a later one — or when the settle loop finds nothing else
+// left to do (markNow) — and lets S3 notify; it closes marked when done.
+// Sluice notes the mark on a LIVE upload, takes down the version that
+// claimed it (or retires it with the version, if that completed), and
+// deletes it from an upload it is done with. Uploads only: a mark on a
+// downsampled partition would leave its 5m range waiting for ever
+// (docs/protocol.md, "A downsampled range merges only whole sources").
+func (wl *workload) markWhen(ctx context.Context) {
+	defer close(wl.marked)
 	t := wl.tenants[wl.mark.IntN(len(wl.tenants))]
-	bs, err := wl.w.Store.TenantBlocks(ctx, t.tenant)
-	if err != nil {
-		return err
-	}
-	var uploads []records.Block
-	for _, b := range bs {
-		if b.ProducedBy == "" && b.Level == 0 && !wl.w.Damaged[t.tenant][b.ID] &&
-			b.State != protocol.BlockRejected && b.State != protocol.BlockQuarantined {
-			uploads = append(uploads, b)
+	chosen := ""
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		now := false
+		select {
+		case <-ctx.Done():
+			return
+		case <-wl.markNow:
+			now = true
+		case <-tick.C:
+		}
+		bs, err := wl.w.Store.TenantBlocks(ctx, t.tenant)
+		if err != nil {
+			wl.w.T.Errorf("another tool's no-compact mark: %v", err)
+			return
+		}
+		var uploads []records.Block
+		for _, b := range bs {
+			if _, ok := markRank[b.State]; ok && b.ProducedBy == "" && b.Level == 0 && !wl.w.Damaged[t.tenant][b.ID] {
+				uploads = append(uploads, b)
+			}
+		}
+		if chosen == "" && len(uploads) > 0 {
+			chosen = uploads[wl.mark.IntN(len(uploads))].ID
+		}
+		for _, b := range uploads {
+			if b.ID == chosen && (now || markRank[b.State] >= markRank[wl.markIn]) {
+				if err := wl.writeMark(ctx, b); err != nil {
+					wl.w.T.Errorf("another tool's no-compact mark: %v", err)
+				}
+				return
+			}
+		}
+		if now {
+			wl.w.T.Logf("another tool's no-compact mark: no upload of %s to mark; none written", t.tenant)
+			return
 		}
 	}
-	if len(uploads) == 0 {
-		wl.w.T.Logf("another tool's no-compact mark: no upload of %s registered yet; none written", t.tenant)
-		return nil
-	}
-	b := uploads[wl.mark.IntN(len(uploads))]
+}
+
+// writeMark writes a no-compact mark on upload b and notifies it.
+func (wl *workload) writeMark(ctx context.Context, b records.Block) error {
 	id, err := ulid.ParseStrict(b.ID)
 	if err != nil {
 		return err
 	}
-	k, err := wl.w.Config.Layout.Block(t.tenant, id)
+	k, err := wl.w.Config.Layout.Block(b.Tenant, id)
 	if err != nil {
 		return err
 	}
@@ -275,7 +299,7 @@ func (wl *workload) markNoCompact(ctx context.Context) error {
 		return err
 	}
 	wl.plan.count(fForeignMark)
-	wl.w.T.Logf("another tool marks %s/%s no-compact (its record: %s)", t.tenant, b.ID, b.State)
+	wl.w.T.Logf("another tool marks %s/%s no-compact (drawn: %s; its record: %s)", b.Tenant, b.ID, wl.markIn, b.State)
 	return wl.notes.created(ctx, key, aws.ToString(res.VersionId))
 }
 
