@@ -106,13 +106,13 @@ func (p Planner) honourMark(ctx context.Context, k blockkey.Key, b records.Block
 			log.DebugContext(ctx, "deletion mark honoured already; its range is planned again", "state", b.State)
 			return false, p.planFor(ctx, b, ask)
 		}
-		if deletion && b.State == protocol.BlockRetiring {
+		if deletion && b.State == protocol.BlockRetiring && (vid == "" || b.MarkVersionID == "" || vid == b.MarkVersionID) {
 			// Sluice's own mark, almost always: the retirement's MARK
 			// op writes it before its record names it.
 			log.DebugContext(ctx, "mark of a block that is leaving already; nothing to do", "state", b.State)
 			return false, nil
 		}
-		return false, p.deleteLeftMarks(ctx, k, b, log)
+		return false, p.deleteLeftMarks(ctx, k, b, vid, log)
 	default:
 		log.DebugContext(ctx, "mark of a block that is leaving or left alone already; nothing to do", "state", b.State)
 		return false, nil
@@ -220,28 +220,35 @@ func (p Planner) markTime(ctx context.Context, k blockkey.Key, body []byte) time
 	return time.Unix(m.DeletionTime, 0)
 }
 
-// deleteLeftMarks deletes, by their versions, the marks under the prefix
-// of block b that its record does not name and nothing will delete: b is
-// DELETED (every mark there: an operator's script working from a stale
-// list, or a zombie of Sluice's own MARK that wrote after the block's
-// DELETE), or RETIRING and the mark is a no-compact one (another tool's:
-// Sluice writes one only for a quarantined block, and a RETIRING block is
-// compacted never again). The block's DELETE deletes only the versions
-// its record names, so such a mark would stay alone under a prefix with
-// no meta.json, a partial block to every reader. A RETIRING block's
-// deletion marks are left alone: the retirement's MARK writes Sluice's
-// own before its record names it. One LIST of the block's own prefix;
-// the uploader never deletes a version the record names.
-func (p Planner) deleteLeftMarks(ctx context.Context, k blockkey.Key, b records.Block, log *slog.Logger) error {
-	l, err := p.listBlock(ctx, k)
-	if err != nil {
-		return fmt.Errorf("marks left on %s: %w", k.BlockKey(), err)
-	}
+// deleteLeftMarks deletes, by its version, a mark under the prefix of
+// block b that its record does not name and nothing else will delete: b
+// is DELETED (an operator's script working from a stale list, or a zombie
+// of Sluice's own MARK that wrote after the block's DELETE), or RETIRING
+// and the mark is a no-compact one (Sluice writes those only for
+// quarantined blocks) or a second deletion mark beside the one the record
+// names (Sluice's MARK writes one only where none is: If-None-Match). The
+// block's DELETE deletes only the versions its record names, so such a
+// mark would stay alone under a prefix with no meta.json, a partial block
+// to every reader. The event names the mark's version (vid) in AWS; an
+// event without one (the emulator's) costs one LIST of the block's own
+// prefix, which finds every such mark. The uploader never deletes a
+// version the record names.
+func (p Planner) deleteLeftMarks(ctx context.Context, k blockkey.Key, b records.Block, vid string, log *slog.Logger) error {
 	var left []records.ObjectVersion
-	for _, v := range l.versions {
-		mark := v.RelPath == blockkey.NoCompactMarkFile || (v.RelPath == blockkey.DeletionMarkFile && b.State == protocol.BlockDeleted)
-		if mark && !b.Names(v.RelPath, v.VersionID) {
-			left = append(left, v)
+	if vid != "" {
+		if !b.Names(k.File, vid) {
+			left = append(left, records.ObjectVersion{RelPath: k.File, VersionID: vid})
+		}
+	} else {
+		l, err := p.listBlock(ctx, k)
+		if err != nil {
+			return fmt.Errorf("marks left on %s: %w", k.BlockKey(), err)
+		}
+		for _, v := range l.versions {
+			mark := v.RelPath == blockkey.NoCompactMarkFile || (v.RelPath == blockkey.DeletionMarkFile && b.State == protocol.BlockDeleted)
+			if mark && !b.Names(v.RelPath, v.VersionID) {
+				left = append(left, v)
+			}
 		}
 	}
 	if len(left) == 0 {

@@ -308,9 +308,9 @@ func TestNoCompactMarkBetweenReadAndClaim(t *testing.T) {
 // A mark another tool writes on a block Sluice is done with — an
 // operator's script working from a stale list, or a zombie of Sluice's
 // own MARK landing after the block's DELETE — is deleted by its version:
-// a no-compact mark on a retiring block at once (the block's DELETE
-// deletes only the versions its record names), any mark on a deleted
-// block too. Before, such a mark stayed in the bucket alone under a
+// on a retiring block a no-compact mark, or a deletion mark beside the
+// one its record names (its DELETE deletes only the versions its record
+// names); any mark on a deleted block. Before, such a mark stayed in the bucket alone under a
 // prefix with no meta.json: a partial block to every reader.
 func TestMarksOnBlocksSluiceIsDoneWithAreDeleted(t *testing.T) {
 	t.Parallel()
@@ -339,8 +339,21 @@ func TestMarksOnBlocksSluiceIsDoneWithAreDeleted(t *testing.T) {
 			return v.RelPath == ncKey
 		}), nil
 	})
-	if b, _, err := w.Store.GetBlock(ctx, "acme", retiring); err != nil || b.State != protocol.BlockRetiring || b.NoCompact {
-		t.Fatalf("retiring block = %s (no-compact %v, err %v); want RETIRING, the mark not taken for one to honour", b.State, b.NoCompact, err)
+	rb, _, err := w.Store.GetBlock(ctx, "acme", retiring)
+	if err != nil || rb.State != protocol.BlockRetiring || rb.NoCompact {
+		t.Fatalf("retiring block = %s (no-compact %v, err %v); want RETIRING, the mark not taken for one to honour", rb.State, rb.NoCompact, err)
+	}
+	// A second deletion mark, written over Sluice's own (Thanos' tools
+	// would not: they leave a block that has one alone), is deleted when
+	// its event names its version, as AWS's do; Sluice's stays.
+	dmKey := objectKey(t, w, "acme", retiring, blockkey.DeletionMarkFile)
+	second := putMark(t, w, "acme", retiring, blockkey.DeletionMarkFile, time.Now())
+	w.NotifyVersion(ctx, dmKey, second)
+	runUntil("the second deletion mark on the retiring block is deleted", func(ctx context.Context) (bool, error) {
+		return !slices.Contains(listVersions(t, w, "acme", retiring), records.ObjectVersion{RelPath: dmKey, VersionID: second}), nil
+	})
+	if !slices.Contains(listVersions(t, w, "acme", retiring), records.ObjectVersion{RelPath: dmKey, VersionID: rb.MarkVersionID}) {
+		t.Fatalf("Sluice's own deletion mark %s of the retiring block is gone", rb.MarkVersionID)
 	}
 
 	clock.Advance(time.Hour + time.Minute)

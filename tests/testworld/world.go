@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -235,6 +236,22 @@ func (w *World) DuplicateEvent(ctx context.Context, tenant, dir string) {
 		QueueUrl: aws.String(w.Env.Deployment.QueueURLs[spec.BlockEvents]), MessageBody: aws.String(body),
 	}); err != nil {
 		w.T.Fatalf("testworld: duplicate event: %v", err)
+	}
+}
+
+// NotifyVersion sends an S3 ObjectCreated notification for one version of
+// an object, shaped as AWS sends it in a versioned bucket (URL-encoded key,
+// versionId): the emulator's own notifications carry no versionId.
+func (w *World) NotifyVersion(ctx context.Context, key, versionID string) {
+	w.T.Helper()
+	body := fmt.Sprintf(`{"Records":[{"eventVersion":"2.1","eventSource":"aws:s3","awsRegion":"us-east-1",`+
+		`"eventTime":"%s","eventName":"ObjectCreated:Put","s3":{"s3SchemaVersion":"1.0","bucket":{"name":%q,`+
+		`"arn":"arn:aws:s3:::%s"},"object":{"key":%q,"size":1,"eTag":"0","versionId":%q}}}]}`,
+		time.Now().UTC().Format(time.RFC3339Nano), w.Config.Bucket, w.Config.Bucket, url.PathEscape(key), versionID)
+	if _, err := w.Env.Clients.SQS.SendMessage(ctx, &sqs.SendMessageInput{
+		QueueUrl: aws.String(w.Env.Deployment.QueueURLs[spec.BlockEvents]), MessageBody: aws.String(body),
+	}); err != nil {
+		w.T.Fatalf("testworld: notify %s@%s: %v", key, versionID, err)
 	}
 }
 
