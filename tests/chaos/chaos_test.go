@@ -593,6 +593,9 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 	stop()
 	running.Wait()
 	sched.rogues.Wait()
+	if wl.marked != nil {
+		<-wl.marked // a seed that did not settle may stop it before its mark
+	}
 
 	if err := w.CheckQuiescent(ctx, names...); err != nil {
 		for _, e := range unjoin(err) {

@@ -254,7 +254,9 @@ func (wl *workload) markWhen(ctx context.Context) {
 		}
 		bs, err := wl.w.Store.TenantBlocks(ctx, t.tenant)
 		if err != nil {
-			wl.w.T.Errorf("another tool's no-compact mark: %v", err)
+			if ctx.Err() == nil {
+				wl.w.T.Errorf("another tool's no-compact mark: %v", err)
+			}
 			return
 		}
 		var uploads []records.Block
@@ -268,7 +270,7 @@ func (wl *workload) markWhen(ctx context.Context) {
 		}
 		for _, b := range uploads {
 			if b.ID == chosen && (now || markRank[b.State] >= markRank[wl.markIn]) {
-				if err := wl.writeMark(ctx, b); err != nil {
+				if err := wl.writeMark(ctx, b); err != nil && ctx.Err() == nil {
 					wl.w.T.Errorf("another tool's no-compact mark: %v", err)
 				}
 				return
