@@ -479,16 +479,6 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 	markPending, markWritten := func() bool { return false }, func() bool { return false }
 	if wl.mark != nil {
 		go wl.markWhen(runCtx)
-		var once sync.Once
-		markPending = func() bool {
-			select {
-			case <-wl.marked:
-				return false
-			default:
-				once.Do(func() { close(wl.markNow) })
-				return true
-			}
-		}
 		markWritten = func() bool {
 			select {
 			case <-wl.marked:
@@ -496,6 +486,14 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 			default:
 				return false
 			}
+		}
+		var once sync.Once
+		markPending = func() bool {
+			if markWritten() {
+				return false
+			}
+			once.Do(func() { close(wl.markNow) })
+			return true
 		}
 	}
 	// One clock jump, at a seeded moment: re-drives, lease expiry, or a

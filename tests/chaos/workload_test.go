@@ -358,41 +358,10 @@ func (e *notifier) created(ctx context.Context, key, versionID string) error {
 }
 
 func (e *notifier) send1(ctx context.Context, key, versionID string, awsShape bool, delay int) error {
-	now := time.Now().UTC()
-	var body string
-	if awsShape {
-		vid := ""
-		if versionID != "" {
-			vid = fmt.Sprintf(`,"versionId":%q`, versionID)
-		}
-		body = fmt.Sprintf(`{"Records":[{"eventVersion":"2.1","eventSource":"aws:s3","awsRegion":"us-east-1",`+
-			`"eventTime":"%s","eventName":"ObjectCreated:Put","s3":{"s3SchemaVersion":"1.0","bucket":{"name":%q,`+
-			`"arn":"arn:aws:s3:::%s"},"object":{"key":%q,"size":1,"eTag":"0"%s,"sequencer":"%016X"}}}]}`,
-			now.Format(time.RFC3339Nano), e.bucket, e.bucket, urlEncode(key), vid, now.UnixNano())
-	} else {
-		body = fmt.Sprintf(`{"Records":[{"eventVersion":"2.1","eventSource":"aws:s3","awsRegion":"us-east-1",`+
-			`"eventTime":"%s","eventName":"ObjectCreated:Put","s3":{"s3SchemaVersion":"1.0","bucket":{"name":%q,`+
-			`"arn":"arn:aws:s3:::%s"},"object":{"key":%q,"size":1}}}]}`,
-			now.Format("2006-01-02T15:04:05.000"), e.bucket, e.bucket, key)
-	}
+	body := testworld.ObjectCreatedBody(e.bucket, key, versionID, awsShape, time.Now())
 	_, err := e.send.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(e.queue), MessageBody: aws.String(body),
 		DelaySeconds: int32(delay)})
 	return err
-}
-
-// urlEncode encodes a key as S3 does in event records.
-func urlEncode(key string) string {
-	out := make([]byte, 0, len(key)*3)
-	for i := 0; i < len(key); i++ {
-		c := key[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_', c == '.', c == '~':
-			out = append(out, c)
-		default:
-			out = append(out, fmt.Sprintf("%%%02X", c)...)
-		}
-	}
-	return string(out)
 }
 
 func sleep(ctx context.Context, d time.Duration) {

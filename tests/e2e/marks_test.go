@@ -310,8 +310,9 @@ func TestNoCompactMarkBetweenReadAndClaim(t *testing.T) {
 // own MARK landing after the block's DELETE — is deleted by its version:
 // on a retiring block a no-compact mark, or a deletion mark beside the
 // one its record names (its DELETE deletes only the versions its record
-// names); any mark on a deleted block. Before, such a mark stayed in the bucket alone under a
-// prefix with no meta.json: a partial block to every reader.
+// names); any mark on a deleted block. Before, such a mark stayed in the
+// bucket alone under a prefix with no meta.json: a partial block to every
+// reader.
 func TestMarksOnBlocksSluiceIsDoneWithAreDeleted(t *testing.T) {
 	t.Parallel()
 	clock := &testworld.Clock{}

@@ -10,7 +10,6 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -228,30 +227,24 @@ func (w *World) DuplicateEvent(ctx context.Context, tenant, dir string) {
 	if err != nil {
 		w.T.Fatal(err)
 	}
-	body := fmt.Sprintf(`{"Records":[{"eventVersion":"2.1","eventSource":"aws:s3","awsRegion":"us-east-1",`+
-		`"eventTime":"%s","eventName":"ObjectCreated:Put","s3":{"s3SchemaVersion":"1.0","bucket":{"name":%q,`+
-		`"arn":"arn:aws:s3:::%s"},"object":{"key":%q,"size":1}}}]}`,
-		time.Now().UTC().Format("2006-01-02T15:04:05.000"), w.Config.Bucket, w.Config.Bucket, k.Object(blockkey.MetaFile))
-	if _, err := w.Env.Clients.SQS.SendMessage(ctx, &sqs.SendMessageInput{
-		QueueUrl: aws.String(w.Env.Deployment.QueueURLs[spec.BlockEvents]), MessageBody: aws.String(body),
-	}); err != nil {
-		w.T.Fatalf("testworld: duplicate event: %v", err)
-	}
+	w.sendEvent(ctx, ObjectCreatedBody(w.Config.Bucket, k.Object(blockkey.MetaFile), "", false, time.Now()))
 }
 
 // NotifyVersion sends an S3 ObjectCreated notification for one version of
-// an object, shaped as AWS sends it in a versioned bucket (URL-encoded key,
-// versionId): the emulator's own notifications carry no versionId.
+// an object, shaped as AWS sends it in a versioned bucket: the emulator's
+// own notifications carry no versionId.
 func (w *World) NotifyVersion(ctx context.Context, key, versionID string) {
 	w.T.Helper()
-	body := fmt.Sprintf(`{"Records":[{"eventVersion":"2.1","eventSource":"aws:s3","awsRegion":"us-east-1",`+
-		`"eventTime":"%s","eventName":"ObjectCreated:Put","s3":{"s3SchemaVersion":"1.0","bucket":{"name":%q,`+
-		`"arn":"arn:aws:s3:::%s"},"object":{"key":%q,"size":1,"eTag":"0","versionId":%q}}}]}`,
-		time.Now().UTC().Format(time.RFC3339Nano), w.Config.Bucket, w.Config.Bucket, url.PathEscape(key), versionID)
+	w.sendEvent(ctx, ObjectCreatedBody(w.Config.Bucket, key, versionID, true, time.Now()))
+}
+
+// sendEvent puts a notification on the block-events queue.
+func (w *World) sendEvent(ctx context.Context, body string) {
+	w.T.Helper()
 	if _, err := w.Env.Clients.SQS.SendMessage(ctx, &sqs.SendMessageInput{
 		QueueUrl: aws.String(w.Env.Deployment.QueueURLs[spec.BlockEvents]), MessageBody: aws.String(body),
 	}); err != nil {
-		w.T.Fatalf("testworld: notify %s@%s: %v", key, versionID, err)
+		w.T.Fatalf("testworld: send an S3 event: %v", err)
 	}
 }
 
