@@ -106,11 +106,27 @@ func (p Planner) honourMark(ctx context.Context, k blockkey.Key, b records.Block
 			log.DebugContext(ctx, "deletion mark honoured already; its range is planned again", "state", b.State)
 			return false, p.planFor(ctx, b, ask)
 		}
-		if deletion && b.State == protocol.BlockRetiring && (vid == "" || b.MarkVersionID == "" || vid == b.MarkVersionID) {
-			// Sluice's own mark, almost always: the retirement's MARK
-			// op writes it before its record names it.
+		if deletion && b.State == protocol.BlockRetiring && (vid == "" || vid == b.MarkVersionID) {
+			// Sluice's own mark, almost always. An event without the
+			// mark's version (the emulator's) cannot tell it from
+			// another tool's without a LIST of every retired block:
+			// left alone (docs/platform.md).
 			log.DebugContext(ctx, "mark of a block that is leaving already; nothing to do", "state", b.State)
 			return false, nil
+		}
+		if deletion && b.State == protocol.BlockRetiring && b.MarkVersionID == "" {
+			// The retirement's MARK op writes its mark before its record
+			// names it, so this is its own mark, or another tool's that
+			// the MARK will find in place and record, or another tool's
+			// written beside Sluice's in that gap, which the block's
+			// DELETE would leave behind. The DELETE_STRAY goes to the
+			// block's FIFO group behind the MARK op (which was sent
+			// before any mark of it could be written), so it runs once
+			// the MARK has recorded the version it wrote or found, and
+			// deletes this one only if the record does not name it then.
+			log.InfoContext(ctx, "deletion mark of a retiring block its record does not name yet; checked after the block's MARK",
+				"markVersion", vid)
+			return false, p.sendStray(ctx, k, b, []records.ObjectVersion{{RelPath: k.File, VersionID: vid}})
 		}
 		return false, p.deleteLeftMarks(ctx, k, b, vid, log)
 	default:

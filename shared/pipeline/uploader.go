@@ -405,7 +405,7 @@ func (u Uploader) deleteStray(ctx context.Context, k blockkey.Key, b records.Blo
 	var del []keyVersion
 	for _, v := range op.Stray {
 		if known && b.Names(v.RelPath, v.VersionID) {
-			log.WarnContext(ctx, "stray delete names a recorded version; keeping it", "file", v.RelPath, "versionId", v.VersionID)
+			log.InfoContext(ctx, "stray delete names a version the record names now; keeping it", "file", v.RelPath, "versionId", v.VersionID)
 			continue
 		}
 		del = append(del, keyVersion{k.Object(v.RelPath), v.VersionID})
