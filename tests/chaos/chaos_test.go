@@ -38,6 +38,7 @@ import (
 	"github.com/sluice-dev/sluice/localstack/envtest"
 	"github.com/sluice-dev/sluice/localstack/localrun"
 	"github.com/sluice-dev/sluice/shared/awslimits"
+	"github.com/sluice-dev/sluice/shared/blockkey"
 	"github.com/sluice-dev/sluice/shared/config"
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/pipeline"
@@ -461,13 +462,14 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 	go func() { defer running.Done(); sweeps.run(runCtx, time.Second) }()
 
 	wl := &workload{w: w, plan: p, rng: rand.New(rand.NewPCG(uint64(seed), 0x10ad)), tenants: tenants, notes: notes}
-	// A third of the seeds see another tool's no-compact mark written on
-	// one of their uploads, in a state drawn for it: LIVE, CLAIMED by a
-	// version under way, RETIRING or DELETED. Drawn from a stream of its
-	// own.
+	// A third of the seeds see another tool's mark, no-compact or
+	// deletion, written on one of their uploads, in a state drawn for it:
+	// LIVE, CLAIMED by a version under way, RETIRING or DELETED. Drawn
+	// from a stream of its own.
 	if mark := rand.New(rand.NewPCG(uint64(seed), 0x3a4c)); mark.IntN(3) == 0 {
 		states := []protocol.BlockState{protocol.BlockLive, protocol.BlockClaimed, protocol.BlockRetiring, protocol.BlockDeleted}
 		wl.mark, wl.markIn = mark, states[mark.IntN(len(states))]
+		wl.markFile = []string{blockkey.NoCompactMarkFile, blockkey.DeletionMarkFile}[mark.IntN(2)]
 		wl.markNow, wl.marked = make(chan struct{}), make(chan struct{})
 	}
 	var loadErr error

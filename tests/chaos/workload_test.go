@@ -149,11 +149,13 @@ type workload struct {
 	rng     *rand.Rand
 	tenants []tenantBlocks
 	notes   *notifier
-	// mark, when set, draws the upload that another tool marks
-	// no-compact and the state it is marked in (markIn, or any later
-	// one): markWhen writes the mark, then closes marked.
-	mark   *rand.Rand
-	markIn protocol.BlockState
+	// mark, when set, draws the upload that another tool marks and the
+	// state it is marked in (markIn, or any later one): markWhen writes
+	// the mark (markFile: a no-compact or a deletion mark), then closes
+	// marked.
+	mark     *rand.Rand
+	markIn   protocol.BlockState
+	markFile string
 	// markNow is closed by the settle loop once nothing else is left to
 	// do: the mark is written then, whatever its upload's state.
 	markNow chan struct{}
@@ -228,13 +230,15 @@ var markRank = map[protocol.BlockState]int{
 	protocol.BlockLive: 0, protocol.BlockClaimed: 1, protocol.BlockRetiring: 2, protocol.BlockDeleted: 3,
 }
 
-// markWhen writes a no-compact mark as `thanos tools bucket mark` does on
-// one upload of a tenant drawn at random, once it is in the state drawn
-// (markIn) or a later one — or when the settle loop finds nothing else
-// left to do (markNow) — and lets S3 notify; it closes marked when done.
-// Sluice notes the mark on a LIVE upload, takes down the version that
-// claimed it (or retires it with the version, if that completed), and
-// deletes it from an upload it is done with. Uploads only: a mark on a
+// markWhen writes a no-compact or deletion mark as `thanos tools bucket
+// mark` does on one upload of a tenant drawn at random, once it is in the
+// state drawn (markIn) or a later one — or when the settle loop finds
+// nothing else left to do (markNow) — and lets S3 notify; it closes
+// marked when done. Sluice notes the mark on a LIVE upload, takes down
+// the version that claimed it (or retires it with the version, if that
+// completed), deletes a LIVE upload marked for deletion once the delay
+// from its mark ends, and deletes the mark from an upload it is done
+// with. Uploads only: a mark on a
 // downsampled partition would leave its 5m range waiting for ever
 // (docs/protocol.md, "A downsampled range merges only whole sources").
 func (wl *workload) markWhen(ctx context.Context) {
@@ -283,7 +287,9 @@ func (wl *workload) markWhen(ctx context.Context) {
 	}
 }
 
-// writeMark writes a no-compact mark on upload b and notifies it.
+// writeMark writes the drawn mark on upload b and notifies it. An upload
+// marked for deletion is withdrawn from what I1 expects: its samples may
+// be gone, or kept by a version that took it before the mark came.
 func (wl *workload) writeMark(ctx context.Context, b records.Block) error {
 	id, err := ulid.ParseStrict(b.ID)
 	if err != nil {
@@ -293,16 +299,23 @@ func (wl *workload) writeMark(ctx context.Context, b records.Block) error {
 	if err != nil {
 		return err
 	}
-	key := k.Object(blockkey.NoCompactMarkFile)
+	key := k.Object(wl.markFile)
 	body := fmt.Sprintf(`{"id":%q,"version":1,"details":"chaos: an operator's mark","no_compact_time":%d,"reason":"manual"}`, b.ID, time.Now().Unix())
+	if wl.markFile == blockkey.DeletionMarkFile {
+		body = fmt.Sprintf(`{"id":%q,"version":1,"details":"chaos: an operator's mark","deletion_time":%d}`, b.ID, time.Now().Unix())
+		wl.w.Withdraw(b.Tenant, b.ID)
+	}
 	res, err := wl.w.Env.Clients.S3.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(wl.w.Config.Bucket), Key: aws.String(key),
 		Body: strings.NewReader(body)})
 	if err != nil {
 		return err
 	}
 	wl.plan.count(fForeignMark)
-	wl.w.T.Logf("another tool marks %s/%s no-compact (drawn: %s; its record: %s)", b.Tenant, b.ID, wl.markIn, b.State)
-	return wl.notes.created(ctx, key, aws.ToString(res.VersionId))
+	wl.w.T.Logf("another tool writes %s for %s/%s (drawn: %s; its record: %s)", wl.markFile, b.Tenant, b.ID, wl.markIn, b.State)
+	// AWS's event names the version: without it a RETIRING block's
+	// second deletion mark is left alone (docs/protocol.md, "Marks
+	// written by other tools"), a gap of the emulator's events only.
+	return wl.notes.notify(ctx, key, aws.ToString(res.VersionId), wl.markFile == blockkey.DeletionMarkFile)
 }
 
 // upload ships one block — every file, then meta.json — and lets S3 notify
@@ -336,8 +349,13 @@ type notifier struct {
 }
 
 func (e *notifier) created(ctx context.Context, key, versionID string) error {
+	return e.notify(ctx, key, versionID, false)
+}
+
+// notify notifies key; asAWS sends the first notification in AWS's shape.
+func (e *notifier) notify(ctx context.Context, key, versionID string, asAWS bool) error {
 	e.mu.Lock()
-	awsShape := e.rng.IntN(2) == 0
+	awsShape := e.rng.IntN(2) == 0 || asAWS
 	delay := 0
 	if e.rng.Float64() < 0.15 {
 		delay = 1 + e.rng.IntN(4)

@@ -35,6 +35,16 @@ func TestCheckQuiescentCatchesHandBuiltViolations(t *testing.T) {
 			more := w.Generate(blockgen.Options{Tenant: "q", Start: start.Add(48 * time.Hour), Blocks: 1, Series: 10, Seed: 9})
 			w.Uploaded["q"] = append(w.Uploaded["q"], more[0].Dir) // as if uploaded, but it never was
 		}},
+		{name: "an upload marked for deletion whose samples are gone", want: "", tamper: func(ctx context.Context, t *testing.T, w *World, _, _ records.Block) {
+			more := w.Generate(blockgen.Options{Tenant: "q", Start: start.Add(48 * time.Hour), Blocks: 1, Series: 10, Seed: 9})
+			w.Uploaded["q"] = append(w.Uploaded["q"], more[0].Dir) // its block deleted with its deletion mark
+			w.Withdraw("q", more[0].Meta.ULID.String())
+		}},
+		{name: "a sample missing beside an upload marked for deletion", want: "I1 violated", tamper: func(ctx context.Context, t *testing.T, w *World, _, _ records.Block) {
+			more := w.Generate(blockgen.Options{Tenant: "q", Start: start.Add(48 * time.Hour), Blocks: 2, Series: 10, Seed: 9})
+			w.Uploaded["q"] = append(w.Uploaded["q"], more[0].Dir, more[1].Dir) // neither reached a live block
+			w.Withdraw("q", more[0].Meta.ULID.String())
+		}},
 		{name: "a retired source back to LIVE beside its output", want: "I2 violated", tamper: func(ctx context.Context, t *testing.T, w *World, _, src records.Block) {
 			setState(ctx, t, w, src, protocol.BlockLive)
 		}},

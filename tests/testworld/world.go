@@ -51,6 +51,10 @@ type World struct {
 	// (UploadDamaged): they are expected to be quarantined, and I1 leaves
 	// them out on both sides (their samples cannot be read).
 	Damaged map[string]map[string]bool
+	// withdrawn lists, per tenant, the uploads another tool marked for
+	// deletion (Withdraw), under withdrawnMu.
+	withdrawn   map[string]map[string]bool
+	withdrawnMu sync.Mutex
 	// QuarantinedGroupsExpected lets CheckQuiescent accept quarantined
 	// groups (a test of them); otherwise one is a violation.
 	QuarantinedGroupsExpected bool
@@ -150,6 +154,41 @@ func (w *World) UploadDamaged(ctx context.Context, tenant, dir string) {
 		w.Damaged[tenant] = map[string]bool{}
 	}
 	w.Damaged[tenant][filepath.Base(dir)] = true
+}
+
+// Withdraw records that another tool marked upload id of tenant for
+// deletion: I1 then expects every other upload's samples and nothing
+// else, and this one's in any measure — gone with the block, or kept in
+// an output by a version that took the block before the mark came, or
+// still held by a replica's.
+func (w *World) Withdraw(tenant, id string) {
+	w.withdrawnMu.Lock()
+	defer w.withdrawnMu.Unlock()
+	if w.withdrawn == nil {
+		w.withdrawn = map[string]map[string]bool{}
+	}
+	if w.withdrawn[tenant] == nil {
+		w.withdrawn[tenant] = map[string]bool{}
+	}
+	w.withdrawn[tenant][id] = true
+}
+
+// remaining is the tenant's uploads but those withdrawn, and whether any
+// was.
+func (w *World) remaining(tenant string) ([]string, bool) {
+	w.withdrawnMu.Lock()
+	defer w.withdrawnMu.Unlock()
+	gone := w.withdrawn[tenant]
+	if len(gone) == 0 {
+		return w.Uploaded[tenant], false
+	}
+	var rest []string
+	for _, dir := range w.Uploaded[tenant] {
+		if !gone[filepath.Base(dir)] {
+			rest = append(rest, dir)
+		}
+	}
+	return rest, true
 }
 
 // UploadBlock uploads dir as block <tenant>/<ULID of dir>: its files, then
