@@ -30,6 +30,8 @@ type Change struct {
 	// By is the version (claims, retirements, quarantines) or partition
 	// (activation, discard) the writer acts for.
 	By string
+	// Vid is the mark version the writer records (NoOtherMark).
+	Vid string
 	// Now is the writer's clock, unix ms.
 	Now int64
 }

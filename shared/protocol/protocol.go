@@ -57,6 +57,13 @@ const (
 	// NoCompactMarkNamed: the block's record names the no-compact mark the
 	// writer removed.
 	NoCompactMarkNamed Require = "no-compact mark named"
+	// NoOtherMark: the block's record names no deletion mark, or the one
+	// the writer records. A duplicate MARK op that read the record before
+	// its twin recorded Sluice's mark finds the mark in place and records
+	// whatever version is current, which may be another tool's written
+	// beside Sluice's in the gap; without this it would replace the
+	// recorded version, leaving Sluice's named by nothing.
+	NoOtherMark Require = "no other deletion mark recorded"
 	// BelowMaxFailures: the version's jobs have failed fewer times than the
 	// attempt limit.
 	BelowMaxFailures Require = "failures below the limit"
@@ -228,7 +235,7 @@ func Table() []Transition {
 			Requires: []Require{AtVersion}, Code: "FinishVersion"},
 
 		{Name: MarkPublished, Item: ItemBlock, From: states(BlockLive), Requires: []Require{AtGen}, Code: "MarkPublished"},
-		{Name: RecordMark, Item: ItemBlock, From: states(BlockRetiring), Requires: []Require{AtGen}, Code: "RecordMark"},
+		{Name: RecordMark, Item: ItemBlock, From: states(BlockRetiring), Requires: []Require{AtGen, NoOtherMark}, Code: "RecordMark"},
 		{Name: StartDelete, Item: ItemBlock, From: states(BlockRetiring), To: string(BlockDeleted),
 			Requires: []Require{AtGen, MarkRecorded}, Code: "StartDelete"},
 

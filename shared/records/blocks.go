@@ -388,7 +388,8 @@ func retiringTx(name protocol.Name, b Block, e expect, retireAt, now time.Time) 
 // retireAt (when it was retired) to deleteAt (the delay after the mark),
 // and the sweep visits it once, when it is due, instead of first finding
 // it early. globalVid is the global marker's version in a Cortex or Mimir
-// bucket ("" when none was written).
+// bucket ("" when none was written). It never replaces another recorded
+// version (protocol.NoOtherMark): a duplicate MARK op loses instead.
 func (st *Store) RecordMark(ctx context.Context, tenant, id string, gen int64, vid, globalVid string, retireAt, deleteAt, now time.Time) error {
 	b := Block{Tenant: tenant, ID: id, Gen: gen}
 	set := "markVid = :vid, markedAt = :now, retireAt = :at, updatedAt = :now"
@@ -397,7 +398,7 @@ func (st *Store) RecordMark(ctx context.Context, tenant, id string, gen int64, v
 		set += ", gmVid = :gvid"
 		vals[":gvid"] = s(globalVid)
 	}
-	g, it, err := blockWrite(protocol.RecordMark, b, expect{}, now, set, "", vals)
+	g, it, err := blockWrite(protocol.RecordMark, b, expect{vid: vid}, now, set, "", vals)
 	if err != nil {
 		return err
 	}

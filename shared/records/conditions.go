@@ -22,7 +22,7 @@ type expect struct {
 	owner   string // LeaseHolder
 	prev    string // LeaseExpired: the holder whose lease ran out
 	by      string // ClaimedByWriter, ProducedByWriter
-	vid     string // NoCompactMarkNamed
+	vid     string // NoCompactMarkNamed, NoOtherMark
 	max     int    // BelowMaxFailures
 	now     int64  // unix ms
 }
@@ -72,7 +72,7 @@ func guard(name protocol.Name, on subject, e expect) (guarded, error) {
 	}
 	g := guarded{t: t, names: map[string]string{}, vals: map[string]types.AttributeValue{}, change: protocol.Change{
 		Transition: name, Item: t.Item, Tenant: on.tenant, Group: on.group, Version: on.version, Partition: on.partition,
-		Block: on.block, From: e.from, Gen: e.gen, Owner: e.owner, Prev: e.prev, By: e.by, Now: e.now,
+		Block: on.block, From: e.from, Gen: e.gen, Owner: e.owner, Prev: e.prev, By: e.by, Vid: e.vid, Now: e.now,
 	}}
 	var parts []string
 	if e.from != "" {
@@ -113,6 +113,9 @@ func guard(name protocol.Name, on subject, e expect) (guarded, error) {
 		case protocol.NoCompactMarkNamed:
 			g.vals[":ncvid"] = s(e.vid)
 			parts = append(parts, "ncVid = :ncvid")
+		case protocol.NoOtherMark:
+			g.vals[":markvid"] = s(e.vid)
+			parts = append(parts, "(attribute_not_exists(markVid) OR markVid = :markvid)")
 		case protocol.Compactable:
 			g.vals[":nc"] = &types.AttributeValueMemberBOOL{Value: true}
 			parts = append(parts, "(attribute_not_exists(noCompact) OR noCompact <> :nc)")

@@ -17,11 +17,26 @@ import (
 func TestWritesOnAStaleReadLose(t *testing.T) {
 	tests := []struct {
 		name string
+		// retiring starts the block RETIRING (retention retired it), not
+		// LIVE.
+		retiring bool
 		// change writes the block after write's writer read it, leaving
 		// its state and gen.
 		change func(w *world, b records.Block)
 		write  func(w *world, b records.Block) error
 	}{
+		{
+			name:     "recording a deletion mark over another one the record names",
+			retiring: true,
+			change: func(w *world, b records.Block) {
+				if err := w.store.RecordMark(w.ctx, "acme", b.ID, b.Gen, "ours", "", w.now, w.now, w.now); err != nil {
+					w.t.Fatal(err)
+				}
+			},
+			write: func(w *world, b records.Block) error {
+				return w.store.RecordMark(w.ctx, "acme", b.ID, b.Gen, "theirs", "", w.now, w.now, w.now)
+			},
+		},
 		{
 			name: "a claim after another tool's no-compact mark was noted",
 			change: func(w *world, b records.Block) {
@@ -58,6 +73,12 @@ func TestWritesOnAStaleReadLose(t *testing.T) {
 			t.Parallel()
 			w := newWorld(t)
 			b := w.block("B", protocol.BlockLive)
+			if tc.retiring {
+				if _, err := w.store.Expire(w.ctx, b, w.now, w.now); err != nil {
+					t.Fatal(err)
+				}
+				b, _, _ = w.store.GetBlock(w.ctx, "acme", "B")
+			}
 			tc.change(w, b)
 			after, _, err := w.store.GetBlock(w.ctx, "acme", "B")
 			if err != nil || after.State != b.State || after.Gen != b.Gen {

@@ -37,31 +37,7 @@ func TestDeletionWaitsForTheRecordedMark(t *testing.T) {
 			t.Parallel()
 			w := testworld.New(t, testworld.Options{})
 			ctx := context.Background()
-			blocks := w.Generate(blockgen.Options{Tenant: "acme", Start: day(), Blocks: 1, Series: 10, Seed: 4, ThanosFiles: true})
-			w.Upload(ctx, "acme", blocks[0].Dir)
-			if err := w.Pipeline.Settle(ctx, time.Second, settleTimeout, func(ctx context.Context) (bool, error) {
-				_, ok, err := w.Store.GetBlock(ctx, "acme", blocks[0].Meta.ULID.String())
-				return ok, err
-			}); err != nil {
-				t.Fatal(err)
-			}
-			id := blocks[0].Meta.ULID.String()
-			b, _, _ := w.Store.GetBlock(ctx, "acme", id)
-			now := time.Now()
-			g := records.Group{Tenant: "acme", Key: planning.GroupKey{Stream: b.Stream, Level: 1, RangeStart: b.MinT}, Version: 1,
-				State: protocol.GroupClaiming, CreatedAt: now.UnixMilli(), UpdatedAt: now.UnixMilli(), Partitions: 1, Sources: []string{b.ID}}
-			if err := w.Store.CreateVersion(ctx, records.Group{}, g, now, now); err != nil {
-				t.Fatal(err)
-			}
-			ref := g.Ref()
-			if err := w.Store.Claim(ctx, g, []records.Block{b}, now); err != nil {
-				t.Fatal(err)
-			}
-			b, _, _ = w.Store.GetBlock(ctx, "acme", id)
-			markGen, err := w.Store.Retire(ctx, ref, b, now, now)
-			if err != nil {
-				t.Fatal(err)
-			}
+			id, markGen := retiredBlock(t, w, 4)
 
 			deps := *w.Pipeline.Deps
 			errCrash := errors.New("crash")
@@ -80,7 +56,7 @@ func TestDeletionWaitsForTheRecordedMark(t *testing.T) {
 				return nil
 			}
 			up := pipeline.Uploader{Deps: &deps}
-			err = up.Execute(ctx, messages.BlockOp{Op: messages.OpMark, Tenant: "acme", Block: id, Gen: markGen})
+			err := up.Execute(ctx, messages.BlockOp{Op: messages.OpMark, Tenant: "acme", Block: id, Gen: markGen})
 			if crash != errors.Is(err, errCrash) {
 				t.Fatalf("mark: %v", err)
 			}
@@ -89,7 +65,7 @@ func TestDeletionWaitsForTheRecordedMark(t *testing.T) {
 			if err := up.Execute(ctx, messages.BlockOp{Op: messages.OpMark, Tenant: "acme", Block: id, Gen: markGen}); err != nil {
 				t.Fatalf("mark again: %v", err)
 			}
-			b, _, _ = w.Store.GetBlock(ctx, "acme", id)
+			b, _, _ := w.Store.GetBlock(ctx, "acme", id)
 			if b.MarkVersionID == "" {
 				t.Fatal("the mark was never recorded")
 			}
@@ -100,8 +76,8 @@ func TestDeletionWaitsForTheRecordedMark(t *testing.T) {
 			if err := up.Execute(ctx, messages.BlockOp{Op: messages.OpDelete, Tenant: "acme", Block: id, Gen: delGen}); err != nil {
 				t.Fatalf("delete: %v", err)
 			}
-			k, _ := testworld.BlockKeyOf(w.Config.Layout, "acme", blocks[0].Dir)
-			res, err := w.Env.Clients.S3.ListObjectVersions(ctx, &s3.ListObjectVersionsInput{Bucket: aws.String(w.Config.Bucket), Prefix: aws.String(k.BlockPrefix())})
+			res, err := w.Env.Clients.S3.ListObjectVersions(ctx, &s3.ListObjectVersionsInput{Bucket: aws.String(w.Config.Bucket),
+				Prefix: aws.String(objectKey(t, w, "acme", id, ""))})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -113,6 +89,39 @@ func TestDeletionWaitsForTheRecordedMark(t *testing.T) {
 			}
 		})
 	}
+}
+
+// retiredBlock uploads one block, registers it and retires it by hand as
+// a version's only source, and returns its id and the gen its MARK op
+// carries: the MARK is the test's to run.
+func retiredBlock(t *testing.T, w *testworld.World, seed int64) (string, int64) {
+	t.Helper()
+	ctx := context.Background()
+	blocks := w.Generate(blockgen.Options{Tenant: "acme", Start: day(), Blocks: 1, Series: 10, Seed: seed, ThanosFiles: true})
+	w.Upload(ctx, "acme", blocks[0].Dir)
+	id := blocks[0].Meta.ULID.String()
+	if err := w.Pipeline.Settle(ctx, time.Second, settleTimeout, func(ctx context.Context) (bool, error) {
+		_, ok, err := w.Store.GetBlock(ctx, "acme", id)
+		return ok, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b, _, _ := w.Store.GetBlock(ctx, "acme", id)
+	now := time.Now()
+	g := records.Group{Tenant: "acme", Key: planning.GroupKey{Stream: b.Stream, Level: 1, RangeStart: b.MinT}, Version: 1,
+		State: protocol.GroupClaiming, CreatedAt: now.UnixMilli(), UpdatedAt: now.UnixMilli(), Partitions: 1, Sources: []string{b.ID}}
+	if err := w.Store.CreateVersion(ctx, records.Group{}, g, now, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Store.Claim(ctx, g, []records.Block{b}, now); err != nil {
+		t.Fatal(err)
+	}
+	b, _, _ = w.Store.GetBlock(ctx, "acme", id)
+	markGen, err := w.Store.Retire(ctx, g.Ref(), b, now, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id, markGen
 }
 
 // A MARK op slower than the deletion delay is not sent twice: the sweep
@@ -168,6 +177,44 @@ func TestSlowMarkIsNotSentAgain(t *testing.T) {
 	}
 }
 
+// markVersions lists the versions of block id's deletion mark.
+func markVersions(t *testing.T, w *testworld.World, id string) []string {
+	t.Helper()
+	key := objectKey(t, w, "acme", id, blockkey.DeletionMarkFile)
+	var out []string
+	for _, v := range listVersions(t, w, "acme", id) {
+		if v.RelPath == key {
+			out = append(out, v.VersionID)
+		}
+	}
+	return out
+}
+
+// runOps runs the block ops a planner sent, in order, as the block's
+// FIFO group would once the op before them is done, and counts the
+// DELETE_STRAY ops among them.
+func runOps(ctx context.Context, t *testing.T, up pipeline.Uploader, sent *sentOps) (strays int) {
+	t.Helper()
+	for _, body := range sent.bodies {
+		m, err := messages.Decode(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		op, ok := m.(messages.BlockOp)
+		if !ok {
+			continue
+		}
+		if op.Op == messages.OpDeleteStray {
+			strays++
+		}
+		if err := up.Execute(ctx, op); err != nil {
+			t.Fatalf("%s: %v", op.Op, err)
+		}
+	}
+	sent.bodies = nil
+	return strays
+}
+
 // sentOps keeps what a planner sends instead of sending it, so a test can
 // run the ops in the order the block's FIFO group would: after the op
 // that is running.
@@ -196,30 +243,7 @@ func TestDeletionMarkInTheMarksRecordGap(t *testing.T) {
 			t.Parallel()
 			w := testworld.New(t, testworld.Options{})
 			ctx := context.Background()
-			blocks := w.Generate(blockgen.Options{Tenant: "acme", Start: day(), Blocks: 1, Series: 10, Seed: 5, ThanosFiles: true})
-			w.Upload(ctx, "acme", blocks[0].Dir)
-			id := blocks[0].Meta.ULID.String()
-			if err := w.Pipeline.Settle(ctx, time.Second, settleTimeout, func(ctx context.Context) (bool, error) {
-				_, ok, err := w.Store.GetBlock(ctx, "acme", id)
-				return ok, err
-			}); err != nil {
-				t.Fatal(err)
-			}
-			b, _, _ := w.Store.GetBlock(ctx, "acme", id)
-			now := time.Now()
-			g := records.Group{Tenant: "acme", Key: planning.GroupKey{Stream: b.Stream, Level: 1, RangeStart: b.MinT}, Version: 1,
-				State: protocol.GroupClaiming, CreatedAt: now.UnixMilli(), UpdatedAt: now.UnixMilli(), Partitions: 1, Sources: []string{b.ID}}
-			if err := w.Store.CreateVersion(ctx, records.Group{}, g, now, now); err != nil {
-				t.Fatal(err)
-			}
-			if err := w.Store.Claim(ctx, g, []records.Block{b}, now); err != nil {
-				t.Fatal(err)
-			}
-			b, _, _ = w.Store.GetBlock(ctx, "acme", id)
-			markGen, err := w.Store.Retire(ctx, g.Ref(), b, now, now)
-			if err != nil {
-				t.Fatal(err)
-			}
+			id, markGen := retiredBlock(t, w, 5)
 			markKey := objectKey(t, w, "acme", id, blockkey.DeletionMarkFile)
 
 			deps := *w.Pipeline.Deps
@@ -254,38 +278,15 @@ func TestDeletionMarkInTheMarksRecordGap(t *testing.T) {
 				t.Fatalf("mark: %v", err)
 			}
 			deps.Hook = nil
-			b, _, _ = w.Store.GetBlock(ctx, "acme", id)
+			b, _, _ := w.Store.GetBlock(ctx, "acme", id)
 			if b.MarkVersionID == "" || (foreign && b.MarkVersionID == evented) || (!foreign && b.MarkVersionID != evented) {
 				t.Fatalf("the record names mark %q; the event named %q", b.MarkVersionID, evented)
 			}
 			// The block's op group runs what the planner sent after the MARK.
-			var strays int
-			for _, body := range sent.bodies {
-				m, err := messages.Decode(body)
-				if err != nil {
-					t.Fatal(err)
-				}
-				op, ok := m.(messages.BlockOp)
-				if !ok {
-					continue
-				}
-				if op.Op == messages.OpDeleteStray {
-					strays++
-				}
-				if err := up.Execute(ctx, op); err != nil {
-					t.Fatalf("%s: %v", op.Op, err)
-				}
-			}
-			if strays != 1 {
+			if strays := runOps(ctx, t, up, sent); strays != 1 {
 				t.Errorf("the planner sent %d DELETE_STRAY ops for the mark; want 1", strays)
 			}
-			var marks []string
-			for _, v := range listVersions(t, w, "acme", id) {
-				if v.RelPath == markKey {
-					marks = append(marks, v.VersionID)
-				}
-			}
-			if len(marks) != 1 || marks[0] != b.MarkVersionID {
+			if marks := markVersions(t, w, id); len(marks) != 1 || marks[0] != b.MarkVersionID {
 				t.Fatalf("before the DELETE the deletion mark's versions are %v; want only the recorded %s", marks, b.MarkVersionID)
 			}
 			delGen, err := w.Store.StartDelete(ctx, b, nil, time.Now())
@@ -299,5 +300,86 @@ func TestDeletionMarkInTheMarksRecordGap(t *testing.T) {
 				t.Errorf("left behind: %s@%s", v.RelPath, v.VersionID)
 			}
 		})
+	}
+}
+
+// A duplicate delivery of a MARK op reads the record before its twin
+// records Sluice's mark, and reaches S3 after another tool's mark was
+// written beside it: its If-None-Match PUT finds a mark in place, and the
+// version it finds is the other tool's. Meanwhile the twin has recorded
+// Sluice's, the block's op group has moved on, and the DELETE_STRAY that
+// the other tool's mark asked for has deleted it. The duplicate's record
+// write must lose (it requires the record to name no other mark): had it
+// landed, the record would name a deleted version and Sluice's own mark
+// would be named by nothing, left behind by the block's DELETE.
+func TestDuplicateMarkDoesNotReplaceTheRecordedMark(t *testing.T) {
+	t.Parallel()
+	w := testworld.New(t, testworld.Options{})
+	ctx := context.Background()
+	id, markGen := retiredBlock(t, w, 6)
+	markKey := objectKey(t, w, "acme", id, blockkey.DeletionMarkFile)
+	op := messages.BlockOp{Op: messages.OpMark, Tenant: "acme", Block: id, Gen: markGen}
+	sent := &sentOps{}
+	plannerDeps := *w.Pipeline.Deps
+	plannerDeps.Send = messages.Sender{SQS: sent, Queues: plannerDeps.Send.Queues}
+	plain := pipeline.Uploader{Deps: w.Pipeline.Deps}
+
+	var foreign, ours string
+	twinDeps := *w.Pipeline.Deps
+	twinDeps.Hook = func(ctx context.Context, step pipeline.Step, _ string) error {
+		if step == "uploader.mark-written" {
+			foreign = putMark(t, w, "acme", id, blockkey.DeletionMarkFile, time.Now())
+		}
+		return nil
+	}
+	dupDeps := *w.Pipeline.Deps
+	dupDeps.Hook = func(ctx context.Context, step pipeline.Step, _ string) error {
+		switch step {
+		case "uploader.before-mark":
+			// The duplicate has read the record (no mark yet). Its twin
+			// runs whole: writes Sluice's mark, another tool writes its
+			// own beside it, the twin records Sluice's.
+			if err := (pipeline.Uploader{Deps: &twinDeps}).Execute(ctx, op); err != nil {
+				t.Fatalf("the twin MARK: %v", err)
+			}
+			b, _, _ := w.Store.GetBlock(ctx, "acme", id)
+			if ours = b.MarkVersionID; ours == "" || ours == foreign {
+				t.Fatalf("the twin recorded %q (the other tool's is %q)", ours, foreign)
+			}
+			// The other tool's mark event, as AWS sends it.
+			ev := events.SQSEvent{Records: []events.SQSMessage{{MessageId: "event-1",
+				Body: testworld.ObjectCreatedBody(w.Config.Bucket, markKey, foreign, true, time.Now())}}}
+			if resp, err := (pipeline.Planner{Deps: &plannerDeps}).Handle(ctx, ev); err != nil || len(resp.BatchItemFailures) > 0 {
+				t.Fatalf("planner: %v, failures %v", err, resp.BatchItemFailures)
+			}
+		case "uploader.mark-written":
+			// The duplicate found the other tool's mark in place. The
+			// twin's message is done, so the group runs the op the
+			// event asked for.
+			if strays := runOps(ctx, t, plain, sent); strays != 1 {
+				t.Errorf("the planner sent %d DELETE_STRAY ops for the other tool's mark; want 1", strays)
+			}
+		}
+		return nil
+	}
+	if err := (pipeline.Uploader{Deps: &dupDeps}).Execute(ctx, op); err != nil {
+		t.Fatalf("the duplicate MARK: %v", err)
+	}
+	b, _, _ := w.Store.GetBlock(ctx, "acme", id)
+	if b.MarkVersionID != ours {
+		t.Fatalf("the record names mark %q, want Sluice's %q (the other tool's, deleted, is %q)", b.MarkVersionID, ours, foreign)
+	}
+	if marks := markVersions(t, w, id); len(marks) != 1 || marks[0] != ours {
+		t.Fatalf("the deletion mark's versions are %v; want only Sluice's %s", marks, ours)
+	}
+	delGen, err := w.Store.StartDelete(ctx, b, nil, time.Now())
+	if err != nil {
+		t.Fatalf("deletion: %v", err)
+	}
+	if err := plain.Execute(ctx, messages.BlockOp{Op: messages.OpDelete, Tenant: "acme", Block: id, Gen: delGen}); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	for _, v := range listVersions(t, w, "acme", id) {
+		t.Errorf("left behind: %s@%s", v.RelPath, v.VersionID)
 	}
 }

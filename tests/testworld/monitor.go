@@ -655,6 +655,8 @@ func (m *Monitor) held(req protocol.Require, r itemRef, c protocol.Change, pre p
 			return found && b.MarkVersionID != ""
 		case protocol.NoCompactMarkNamed:
 			return found && b.NoCompactMarkVersionID != ""
+		case protocol.NoOtherMark:
+			return found && (b.MarkVersionID == "" || b.MarkVersionID == c.Vid)
 		case protocol.Compactable:
 			return found && !b.NoCompact
 		case protocol.Downsampled:
