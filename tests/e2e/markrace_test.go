@@ -69,24 +69,7 @@ func TestDeletionWaitsForTheRecordedMark(t *testing.T) {
 			if b.MarkVersionID == "" {
 				t.Fatal("the mark was never recorded")
 			}
-			delGen, err := w.Store.StartDelete(ctx, b, nil, time.Now())
-			if err != nil {
-				t.Fatalf("deletion after the mark is recorded: %v", err)
-			}
-			if err := up.Execute(ctx, messages.BlockOp{Op: messages.OpDelete, Tenant: "acme", Block: id, Gen: delGen}); err != nil {
-				t.Fatalf("delete: %v", err)
-			}
-			res, err := w.Env.Clients.S3.ListObjectVersions(ctx, &s3.ListObjectVersionsInput{Bucket: aws.String(w.Config.Bucket),
-				Prefix: aws.String(objectKey(t, w, "acme", id, ""))})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, v := range res.Versions {
-				t.Errorf("left behind: %s@%s", aws.ToString(v.Key), aws.ToString(v.VersionId))
-			}
-			if len(res.DeleteMarkers) > 0 {
-				t.Errorf("%d delete markers: a delete without a VersionId", len(res.DeleteMarkers))
-			}
+			deleteBlock(ctx, t, w, up, b)
 		})
 	}
 }
@@ -174,6 +157,30 @@ func TestSlowMarkIsNotSentAgain(t *testing.T) {
 	}
 	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// deleteBlock starts the deletion of block b, whose mark is recorded,
+// runs its DELETE op, and fails on anything left under its prefix.
+func deleteBlock(ctx context.Context, t *testing.T, w *testworld.World, up pipeline.Uploader, b records.Block) {
+	t.Helper()
+	delGen, err := w.Store.StartDelete(ctx, b, nil, time.Now())
+	if err != nil {
+		t.Fatalf("deletion after the mark is recorded: %v", err)
+	}
+	if err := up.Execute(ctx, messages.BlockOp{Op: messages.OpDelete, Tenant: b.Tenant, Block: b.ID, Gen: delGen}); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	res, err := w.Env.Clients.S3.ListObjectVersions(ctx, &s3.ListObjectVersionsInput{Bucket: aws.String(w.Config.Bucket),
+		Prefix: aws.String(objectKey(t, w, b.Tenant, b.ID, ""))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range res.Versions {
+		t.Errorf("left behind: %s@%s", aws.ToString(v.Key), aws.ToString(v.VersionId))
+	}
+	if len(res.DeleteMarkers) > 0 {
+		t.Errorf("%d delete markers: a delete without a VersionId", len(res.DeleteMarkers))
 	}
 }
 
@@ -289,16 +296,7 @@ func TestDeletionMarkInTheMarksRecordGap(t *testing.T) {
 			if marks := markVersions(t, w, id); len(marks) != 1 || marks[0] != b.MarkVersionID {
 				t.Fatalf("before the DELETE the deletion mark's versions are %v; want only the recorded %s", marks, b.MarkVersionID)
 			}
-			delGen, err := w.Store.StartDelete(ctx, b, nil, time.Now())
-			if err != nil {
-				t.Fatalf("deletion: %v", err)
-			}
-			if err := up.Execute(ctx, messages.BlockOp{Op: messages.OpDelete, Tenant: "acme", Block: id, Gen: delGen}); err != nil {
-				t.Fatalf("delete: %v", err)
-			}
-			for _, v := range listVersions(t, w, "acme", id) {
-				t.Errorf("left behind: %s@%s", v.RelPath, v.VersionID)
-			}
+			deleteBlock(ctx, t, w, up, b)
 		})
 	}
 }
@@ -372,14 +370,5 @@ func TestDuplicateMarkDoesNotReplaceTheRecordedMark(t *testing.T) {
 	if marks := markVersions(t, w, id); len(marks) != 1 || marks[0] != ours {
 		t.Fatalf("the deletion mark's versions are %v; want only Sluice's %s", marks, ours)
 	}
-	delGen, err := w.Store.StartDelete(ctx, b, nil, time.Now())
-	if err != nil {
-		t.Fatalf("deletion: %v", err)
-	}
-	if err := plain.Execute(ctx, messages.BlockOp{Op: messages.OpDelete, Tenant: "acme", Block: id, Gen: delGen}); err != nil {
-		t.Fatalf("delete: %v", err)
-	}
-	for _, v := range listVersions(t, w, "acme", id) {
-		t.Errorf("left behind: %s@%s", v.RelPath, v.VersionID)
-	}
+	deleteBlock(ctx, t, w, plain, b)
 }
