@@ -110,7 +110,8 @@ func (p Planner) honourMark(ctx context.Context, k blockkey.Key, b records.Block
 			// Sluice's own mark, almost always. An event without the
 			// mark's version (the emulator's) cannot tell it from
 			// another tool's without a LIST of every retired block:
-			// left alone (docs/platform.md).
+			// left alone (docs/protocol.md, "Marks written by other
+			// tools", step 4).
 			log.DebugContext(ctx, "mark of a block that is leaving already; nothing to do", "state", b.State)
 			return false, nil
 		}

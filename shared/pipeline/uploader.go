@@ -300,7 +300,10 @@ func (u Uploader) mark(ctx context.Context, k blockkey.Key, b records.Block, log
 	now := u.now()
 	if err := u.records().RecordMark(ctx, b.Tenant, b.ID, b.Gen, vid, globalVid, time.UnixMilli(b.RetireAt), now.Add(u.Config.DeletionDelay), now); err != nil {
 		if records.IsConditionLost(err) {
-			log.WarnContext(ctx, "block moved on while marking", "lost", err)
+			// The block moved on, or a twin of this op recorded its
+			// mark first and this one found another version in place
+			// (protocol.NoOtherMark): the recorded mark stands.
+			log.WarnContext(ctx, "block moved on, or its mark was recorded, while marking", "markVersion", vid, "lost", err)
 			return nil
 		}
 		return err
