@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sluice-dev/sluice/localstack/localrun"
 	"github.com/sluice-dev/sluice/shared/blockgen"
@@ -197,20 +195,13 @@ func markVersions(t *testing.T, w *testworld.World, id string) []string {
 	return out
 }
 
-// runOps runs the block ops a planner sent, in order, as the block's
-// FIFO group would once the op before them is done, and counts the
-// DELETE_STRAY ops among them.
-func runOps(ctx context.Context, t *testing.T, up pipeline.Uploader, sent *sentOps) (strays int) {
+// runOps runs the block ops a planner sent to mb, in order, as the
+// block's FIFO group would once the op before them is done, and counts
+// the DELETE_STRAY ops among them.
+func runOps(ctx context.Context, t *testing.T, up pipeline.Uploader, mb *testworld.Mailbox) (strays int) {
 	t.Helper()
-	for _, body := range sent.bodies {
-		m, err := messages.Decode(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		op, ok := m.(messages.BlockOp)
-		if !ok {
-			continue
-		}
+	for _, m := range mb.Take(func(m testworld.Mail) bool { return m.Queue == "ops" }) {
+		op := m.Msg.(messages.BlockOp)
 		if op.Op == messages.OpDeleteStray {
 			strays++
 		}
@@ -218,18 +209,7 @@ func runOps(ctx context.Context, t *testing.T, up pipeline.Uploader, sent *sentO
 			t.Fatalf("%s: %v", op.Op, err)
 		}
 	}
-	sent.bodies = nil
 	return strays
-}
-
-// sentOps keeps what a planner sends instead of sending it, so a test can
-// run the ops in the order the block's FIFO group would: after the op
-// that is running.
-type sentOps struct{ bodies []string }
-
-func (s *sentOps) SendMessage(_ context.Context, in *sqs.SendMessageInput, _ ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
-	s.bodies = append(s.bodies, aws.ToString(in.MessageBody))
-	return &sqs.SendMessageOutput{MessageId: aws.String(fmt.Sprintf("m%d", len(s.bodies)))}, nil
 }
 
 // A deletion mark's event can reach the planner while the retirement's
@@ -254,7 +234,8 @@ func TestDeletionMarkInTheMarksRecordGap(t *testing.T) {
 			markKey := objectKey(t, w, "acme", id, blockkey.DeletionMarkFile)
 
 			deps := *w.Pipeline.Deps
-			sent := &sentOps{}
+			// The planner's sends are kept, to run in the op group's order.
+			sent := testworld.NewMailbox(deps.Send.Queues)
 			plannerDeps := deps
 			plannerDeps.Send = messages.Sender{SQS: sent, Queues: deps.Send.Queues}
 			var evented string
@@ -317,8 +298,8 @@ func TestDuplicateMarkDoesNotReplaceTheRecordedMark(t *testing.T) {
 	id, markGen := retiredBlock(t, w, 6)
 	markKey := objectKey(t, w, "acme", id, blockkey.DeletionMarkFile)
 	op := messages.BlockOp{Op: messages.OpMark, Tenant: "acme", Block: id, Gen: markGen}
-	sent := &sentOps{}
 	plannerDeps := *w.Pipeline.Deps
+	sent := testworld.NewMailbox(plannerDeps.Send.Queues)
 	plannerDeps.Send = messages.Sender{SQS: sent, Queues: plannerDeps.Send.Queues}
 	plain := pipeline.Uploader{Deps: w.Pipeline.Deps}
 
