@@ -711,6 +711,13 @@ func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKe
 		// may be tighter than this planner's): more partitions this time.
 		next.Partitions = min(max(next.Partitions, 2*head.Partitions), p.Config.Policy.Defaults().MaxPartitions)
 		log.WarnContext(ctx, "the last version's job did not fit; re-planning with more partitions", "partitions", next.Partitions, "was", head.Partitions, "why", head.LastError)
+	} else if head.State == protocol.GroupSuperseded && slices.Equal(head.Sources, next.Sources) && head.QuarantinedSource != "" {
+		// The version quarantined a source, which is a source again: an
+		// operator released it (`sluice retry`), repaired or not. Carried,
+		// the failures that blamed it would quarantine it again before a
+		// job ran (chaos seed 10, a retry before the re-plan).
+		log.InfoContext(ctx, "the source the last version quarantined was released; its failures are not carried",
+			"block", head.QuarantinedSource, "failures", head.Failures)
 	} else if head.State == protocol.GroupSuperseded && slices.Equal(head.Sources, next.Sources) {
 		// The same work again: its failures keep counting, so a version
 		// superseded over a source that always fails does not start over.

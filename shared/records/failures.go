@@ -105,8 +105,9 @@ func (st *Store) RecordFailureAll(ctx context.Context, tenant string, g planning
 // cleanup, and the group re-plans without b.
 func (st *Store) QuarantineSource(ctx context.Context, g Group, b Block, reason string, now time.Time) (int64, error) {
 	ref := g.Ref()
-	hg, hit, err := versionWrite(protocol.QuarantineFence, g, protocol.GroupPlanned, now, "reason = :reason, updatedAt = :now", "",
-		map[string]types.AttributeValue{":reason": s(clip(reason)), ":now": n(now.UnixMilli())})
+	hg, hit, err := versionWrite(protocol.QuarantineFence, g, protocol.GroupPlanned, now,
+		"reason = :reason, quarantinedSource = :block, updatedAt = :now", "",
+		map[string]types.AttributeValue{":reason": s(clip(reason)), ":block": s(b.ID), ":now": n(now.UnixMilli())})
 	if err != nil {
 		return 0, err
 	}

@@ -176,6 +176,11 @@ type Group struct {
 	LastErrorKind  FailureKind `dynamodbav:"lastErrorKind,omitempty"`
 	// Reason says why a version was superseded or quarantined.
 	Reason string `dynamodbav:"reason,omitempty"`
+	// QuarantinedSource is the source block the version's failures
+	// quarantined, superseding it (QuarantineSource). A next version over
+	// the same sources holds that block again, which only `sluice retry`
+	// makes a source again: the failures that blamed it are not carried.
+	QuarantinedSource string `dynamodbav:"quarantinedSource,omitempty"`
 	// History summarises the versions before this one (the newest
 	// MaxHistory), so status can tell why a group is at its version.
 	History []VersionSummary `dynamodbav:"history,omitempty"`

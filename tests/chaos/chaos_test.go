@@ -472,6 +472,18 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 		wl.markFile = []string{blockkey.NoCompactMarkFile, blockkey.DeletionMarkFile}[mark.IntN(2)]
 		wl.markNow, wl.marked = make(chan struct{}), make(chan struct{})
 	}
+	// Half the seeds with a damaged upload have an operator repair it once
+	// it is quarantined and run `sluice retry` on it. Drawn from a stream
+	// of its own.
+	if repair := rand.New(rand.NewPCG(uint64(seed), 0x4e9a)); repair.IntN(2) == 0 {
+		for _, tb := range tenants {
+			if len(tb.sound) > 0 {
+				wl.repair, wl.retry = repair, messages.Sender{SQS: b, Queues: w.Config.Queues}
+				wl.repairNow, wl.repaired = make(chan struct{}), make(chan struct{})
+				break
+			}
+		}
+	}
 	var loadErr error
 	loaded := make(chan struct{})
 	go func() {
@@ -495,6 +507,26 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 				return false
 			}
 			once.Do(func() { close(wl.markNow) })
+			return true
+		}
+	}
+	repairPending, repairDone := func() bool { return false }, func() bool { return false }
+	if wl.repair != nil {
+		go wl.repairWhen(runCtx, loaded)
+		repairDone = func() bool {
+			select {
+			case <-wl.repaired:
+				return true
+			default:
+				return false
+			}
+		}
+		var once sync.Once
+		repairPending = func() bool {
+			if repairDone() {
+				return false
+			}
+			once.Do(func() { close(wl.repairNow) })
 			return true
 		}
 	}
@@ -582,8 +614,9 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 			if !b.idle() || sched.inRogue.Load() > 0 || activity() != before {
 				return false, nil
 			}
-			// The mark, if one is still to come, comes now.
-			return !markPending(), nil
+			// The mark and the repair, if still to come, come now.
+			mark, repair := markPending(), repairPending()
+			return !mark && !repair, nil
 		}
 		if wait := next.Sub(clock.Now()); wait > 0 {
 			clock.Advance(wait + time.Second)
@@ -617,6 +650,9 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 	sched.rogues.Wait()
 	if wl.marked != nil {
 		<-wl.marked // a seed that did not settle may stop it before its mark
+	}
+	if wl.repaired != nil {
+		<-wl.repaired
 	}
 
 	if err := w.CheckQuiescent(ctx, names...); err != nil {

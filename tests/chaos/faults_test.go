@@ -57,6 +57,7 @@ const (
 	fTwoStreams      = "tenant with two Prometheus servers (two streams)"
 	fLongTenant      = "tenant id of 150 characters"
 	fForeignMark     = "another tool's no-compact mark on an upload, mid-run (live, claimed, retiring or deleted)"
+	fRepairRetry     = "quarantined upload repaired and retried (sluice retry), mid-run"
 )
 
 // faultKinds lists every kind above but the load-dependent ones: a run of
@@ -68,7 +69,7 @@ func faultKinds() []string {
 		fCrashBeforeS3, fCrashAfterS3, fThrottleS3, fCrashBeforeDB, fCrashAfterDB, fThrottleDB,
 		fCrashBeforeSend, fCrashAfterSend, fCrashAtStep, fStall, fShortVisible, fDelayDelivery,
 		fDupConcurrent, fDupSequential, fSkewedTakeover, fClockJump, fLateDup, fZombie,
-		fDupEvent, fReupload, fLateBlock, fShuffledUploads, fDeadline, fCorruptSource, fTwoStreams, fLongTenant, fForeignMark,
+		fDupEvent, fReupload, fLateBlock, fShuffledUploads, fDeadline, fCorruptSource, fTwoStreams, fLongTenant, fForeignMark, fRepairRetry,
 	}
 }
 

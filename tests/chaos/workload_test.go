@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluice-dev/sluice/shared/blockgen"
 	"github.com/sluice-dev/sluice/shared/blockkey"
+	"github.com/sluice-dev/sluice/shared/cli"
 	"github.com/sluice-dev/sluice/shared/messages"
 	"github.com/sluice-dev/sluice/shared/protocol"
 	"github.com/sluice-dev/sluice/shared/records"
@@ -36,6 +37,10 @@ type tenantBlocks struct {
 	// damaged are blocks with a corrupt index (uploaded among the others,
 	// expected to be quarantined; no input of I1).
 	damaged []blockgen.Block
+	// sound are the damaged blocks as they were before the damage (same
+	// ULIDs, in a directory of their own): the repair an operator uploads
+	// before `sluice retry`.
+	sound []blockgen.Block
 	// fault is the fault kind a seed that draws this tenant counts.
 	fault string
 }
@@ -100,6 +105,12 @@ func generatePool(dir string) (pool, error) {
 		}
 		if p.damage {
 			victim := o.ReplicationFactor - 1
+			sound := bs[victim]
+			sound.Dir = filepath.Join(dir, "sound", p.tenant, filepath.Base(sound.Dir))
+			if err := testworld.CopyDir(bs[victim].Dir, sound.Dir); err != nil {
+				return nil, err
+			}
+			tb.sound = append(tb.sound, sound)
 			if err := damageIndex(bs[victim].Dir); err != nil {
 				return nil, err
 			}
@@ -160,6 +171,13 @@ type workload struct {
 	// do: the mark is written then, whatever its upload's state.
 	markNow chan struct{}
 	marked  chan struct{}
+	// repair, when set, has an operator repair each quarantined upload
+	// and run `sluice retry` on it (repairWhen), through retry; repairNow
+	// and repaired are as markNow and marked.
+	repair    *rand.Rand
+	retry     messages.Sender
+	repairNow chan struct{}
+	repaired  chan struct{}
 }
 
 func (wl *workload) run(ctx context.Context) error {
@@ -224,6 +242,100 @@ func (wl *workload) run(ctx context.Context) error {
 	return nil
 }
 
+// repairWhen waits for the seed's uploads to be made (loaded), then for
+// each damaged upload to be quarantined — or for the settle loop to find
+// nothing else left to do (repairNow) — and has an operator repair it:
+// re-upload its files sound (now and then its meta.json too, as a
+// shipper's whole upload, with its event) and run `sluice retry`, whose
+// request the bus may duplicate, delay and redeliver. The block is then
+// an input of I1 like any upload: the retry makes it LIVE in a range
+// compacted without it, and a version merges it into the output. It
+// closes repaired when done.
+func (wl *workload) repairWhen(ctx context.Context, loaded <-chan struct{}) {
+	defer close(wl.repaired)
+	select {
+	case <-loaded:
+	case <-ctx.Done():
+		return
+	}
+	type damaged struct {
+		tenant string
+		sound  blockgen.Block
+	}
+	var todo []damaged
+	for _, t := range wl.tenants {
+		for _, b := range t.sound {
+			todo = append(todo, damaged{t.tenant, b})
+		}
+	}
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for len(todo) > 0 {
+		now := false
+		select {
+		case <-ctx.Done():
+			return
+		case <-wl.repairNow:
+			now = true
+		case <-tick.C:
+		}
+		var left []damaged
+		for _, d := range todo {
+			id := filepath.Base(d.sound.Dir)
+			b, _, err := wl.w.Store.GetBlock(ctx, d.tenant, id)
+			switch {
+			case err != nil:
+				if ctx.Err() == nil {
+					wl.w.T.Errorf("repair of %s/%s: %v", d.tenant, id, err)
+				}
+				return
+			case b.State == protocol.BlockQuarantined:
+				if !now {
+					sleep(ctx, time.Duration(wl.repair.IntN(1500))*time.Millisecond)
+				}
+				if err := wl.repairOne(ctx, d.tenant, d.sound.Dir); err != nil && ctx.Err() == nil {
+					wl.w.T.Errorf("repair of %s/%s: %v", d.tenant, id, err)
+				}
+			case now:
+				wl.w.T.Logf("repair of %s/%s: it is %s, not quarantined; not repaired", d.tenant, id, b.State)
+			default:
+				left = append(left, d)
+			}
+		}
+		todo = left
+	}
+}
+
+// repairOne uploads the sound files of quarantined block dir of tenant
+// (with its meta.json, half the time) and retries the block as `sluice
+// retry` does.
+func (wl *workload) repairOne(ctx context.Context, tenant, dir string) error {
+	whole := wl.repair.IntN(2) == 0
+	if whole {
+		if err := testworld.UploadBlock(ctx, wl.w.Env.Clients.S3, wl.w.Config.Bucket, wl.w.Config.Layout, tenant, dir); err != nil {
+			return err
+		}
+		k, err := testworld.BlockKeyOf(wl.w.Config.Layout, tenant, dir)
+		if err != nil {
+			return err
+		}
+		if err := wl.notes.created(ctx, k.Object(blockkey.MetaFile), ""); err != nil {
+			return err
+		}
+	} else if err := testworld.UploadFiles(ctx, wl.w.Env.Clients.S3, wl.w.Config.Bucket, wl.w.Config.Layout, tenant, dir); err != nil {
+		return err
+	}
+	wl.w.Repaired(tenant, dir)
+	id := filepath.Base(dir)
+	what, err := cli.Retry(ctx, wl.w.Store, wl.retry, messages.RetryRequest{Tenant: tenant, Block: id, Nonce: "chaos-" + id})
+	if err != nil {
+		return err
+	}
+	wl.plan.count(fRepairRetry)
+	wl.w.T.Logf("an operator repairs %s/%s (meta.json re-uploaded too: %v) and retries: %s", tenant, id, whole, what)
+	return nil
+}
+
 // markRank orders the states an upload goes through: one is marked in
 // the state drawn for it or, if it went past that unseen, a later one.
 var markRank = map[protocol.BlockState]int{
@@ -265,7 +377,7 @@ func (wl *workload) markWhen(ctx context.Context) {
 		}
 		var uploads []records.Block
 		for _, b := range bs {
-			if _, ok := markRank[b.State]; ok && b.ProducedBy == "" && b.Level == 0 && !wl.w.Damaged[t.tenant][b.ID] {
+			if _, ok := markRank[b.State]; ok && b.ProducedBy == "" && b.Level == 0 && !wl.w.IsDamaged(t.tenant, b.ID) {
 				uploads = append(uploads, b)
 			}
 		}

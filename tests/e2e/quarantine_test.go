@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -75,7 +76,9 @@ func TestCorruptSourceIsQuarantined(t *testing.T) {
 	bad := blocks[1]
 	badID := bad.Meta.ULID.String()
 	repaired := filepath.Join(t.TempDir(), badID)
-	copyDir(t, bad.Dir, repaired)
+	if err := testworld.CopyDir(bad.Dir, repaired); err != nil {
+		t.Fatal(err)
+	}
 	uploadOneDamaged(ctx, t, w, "acme", blocks, bad)
 	// The range closes without the quarantined block: wait for that too.
 	settleUntil(t, w, func(ctx context.Context) (bool, error) {
@@ -120,8 +123,10 @@ func TestCorruptSourceIsQuarantined(t *testing.T) {
 
 	// The operator re-uploads the repaired files under the same ULID, then
 	// retries: the block is read again and compacted into its range.
-	w.Upload(ctx, "acme", repaired)
-	delete(w.Damaged["acme"], badID)
+	if err := testworld.UploadBlock(ctx, w.Env.Clients.S3, w.Config.Bucket, w.Config.Layout, "acme", repaired); err != nil {
+		t.Fatal(err)
+	}
+	w.Repaired("acme", repaired)
 	// The re-upload's own event is handled first: in a batch with the
 	// retry, it would ask for the range's planning itself.
 	settle(t, w, "acme")
@@ -145,6 +150,71 @@ func TestCorruptSourceIsQuarantined(t *testing.T) {
 		Prefix: aws.String(globalMarker)}); err != nil || len(vs.Versions) != 0 {
 		t.Errorf("the global no-compact marker outlived the release: %v versions, %v", len(vs.Versions), err)
 	}
+	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRetriedSourceIsNotBlamedAgain (chaos seed 10, with an operator's
+// repair): a source is quarantined after the version's failures, and its
+// range, not covered without it, waits for its close. An operator repairs
+// the block and retries it before then: the next version has the same
+// sources as the superseded one, and must not carry the failures that
+// blamed the block (carried, they quarantined it again, with the old
+// reason, before any job ran). The block is compacted into its range.
+func TestRetriedSourceIsNotBlamedAgain(t *testing.T) {
+	t.Parallel()
+	w := testworld.New(t, testworld.Options{Configure: func(c *config.Config) {
+		c.Policy.CloseDelay = time.Hour
+		c.MaxJobAttempts = 3
+	}})
+	ctx := context.Background()
+	blocks := w.Generate(blockgen.Options{Tenant: "acme", Start: day(), Blocks: 6, Series: 40, Seed: 22, ThanosFiles: true})
+	bad := blocks[2]
+	badID := bad.Meta.ULID.String()
+	repaired := filepath.Join(t.TempDir(), badID)
+	if err := testworld.CopyDir(bad.Dir, repaired); err != nil {
+		t.Fatal(err)
+	}
+	uploadOneDamaged(ctx, t, w, "acme", blocks, bad)
+	settleUntil(t, w, func(ctx context.Context) (bool, error) {
+		b, _, err := w.Store.GetBlock(ctx, "acme", badID)
+		return b.State == protocol.BlockQuarantined, err
+	}, "acme")
+	q := byID(w.Blocks(ctx, "acme"))[badID]
+	g := planning.GroupKey{Stream: q.Stream, Level: 1, RangeStart: day().UnixMilli()}
+	head, _, err := w.Store.GetGroup(ctx, "acme", g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if head.State != protocol.GroupSuperseded || head.Failures != 3 || head.QuarantinedSource != badID {
+		t.Fatalf("the range's head is %s with %d failures, quarantined source %q; want SUPERSEDED after 3, having quarantined %s (nothing planned since: the range waits for its close)",
+			head.State, head.Failures, head.QuarantinedSource, badID)
+	}
+
+	if err := testworld.UploadFiles(ctx, w.Env.Clients.S3, w.Config.Bucket, w.Config.Layout, "acme", repaired); err != nil {
+		t.Fatal(err)
+	}
+	w.Repaired("acme", repaired)
+	if _, err := cli.Retry(ctx, w.Store, w.Pipeline.Deps.Send, messages.RetryRequest{Tenant: "acme", Block: badID, Nonce: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	settleUntil(t, w, func(ctx context.Context) (bool, error) {
+		b, _, err := w.Store.GetBlock(ctx, "acme", badID)
+		return b.State != protocol.BlockLive && b.State != protocol.BlockClaimed, err
+	}, "acme")
+	if b := byID(w.Blocks(ctx, "acme"))[badID]; b.State != protocol.BlockRetiring && b.State != protocol.BlockDeleted {
+		t.Fatalf("the retried block is %s (%s); want compacted, RETIRING or DELETED", b.State, b.Reason)
+	}
+	last, _, err := w.Store.GetGroup(ctx, "acme", g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last.Version != head.Version+1 || last.Failures != 0 || !slices.Contains(last.Sources, badID) {
+		t.Errorf("the range's next version is v%d with %d failures over %v; want v%d over the retried block, with none",
+			last.Version, last.Failures, last.Sources, head.Version+1)
+	}
+	settle(t, w, "acme")
 	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
 		t.Fatal(err)
 	}
@@ -319,28 +389,6 @@ func TestNotDeterministicSupersedes(t *testing.T) {
 func groupVersions(t *testing.T, w *testworld.World, tenant string, g planning.GroupKey) map[int64]records.Group {
 	t.Helper()
 	return w.HeadHistory(tenant, g)
-}
-
-func copyDir(t *testing.T, from, to string) {
-	t.Helper()
-	err := filepath.Walk(from, func(path string, info os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(from, path)
-		dst := filepath.Join(to, rel)
-		if info.IsDir() {
-			return os.MkdirAll(dst, 0o755)
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(dst, b, 0o644)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // flipBytes inverts n bytes of a file starting at the fraction at of its

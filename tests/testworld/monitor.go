@@ -923,8 +923,18 @@ func (m *Monitor) beforeDelete(ctx context.Context, key, vid string) {
 	if err != nil {
 		return
 	}
-	needed := found && b.Names(k.File, vid) && b.State != protocol.BlockDeleted && b.State != protocol.BlockDiscarded
+	needed := found && b.Names(k.File, vid) && b.State != protocol.BlockDeleted && b.State != protocol.BlockDiscarded &&
+		!releasedMark(b, k.File)
 	m.check(CheckDeleteSparesNeeded, !needed, "DELETE of %s version %s, which the %s block's record names", key, vid, b.State)
+}
+
+// releasedMark tells whether file of block b is the no-compact mark Sluice
+// wrote when it quarantined b, which b has left since: the release's
+// UNMARK_NO_COMPACT deletes the mark, then forgets it, in a LIVE or
+// CLAIMED block (protocol.OpActs). A QUARANTINED block still needs it.
+func releasedMark(b records.Block, file string) bool {
+	return file == blockkey.NoCompactMarkFile && b.NoCompactMarkOurs &&
+		(b.State == protocol.BlockLive || b.State == protocol.BlockClaimed)
 }
 
 func (m *Monitor) checkPublished(ctx context.Context, key string, body []byte) {

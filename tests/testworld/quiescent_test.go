@@ -45,6 +45,11 @@ func TestCheckQuiescentCatchesHandBuiltViolations(t *testing.T) {
 			w.Uploaded["q"] = append(w.Uploaded["q"], more[0].Dir, more[1].Dir) // neither reached a live block
 			w.Withdraw("q", more[0].Meta.ULID.String())
 		}},
+		{name: "a repaired upload whose samples never reached a live block", want: "I1 violated", tamper: func(ctx context.Context, t *testing.T, w *World, _, _ records.Block) {
+			more := w.Generate(blockgen.Options{Tenant: "q", Start: start.Add(48 * time.Hour), Blocks: 1, Series: 10, Seed: 9})
+			w.Damaged["q"] = map[string]bool{more[0].Meta.ULID.String(): true} // damaged, then repaired, never retried
+			w.Repaired("q", more[0].Dir)
+		}},
 		{name: "a retired source back to LIVE beside its output", want: "I2 violated", tamper: func(ctx context.Context, t *testing.T, w *World, _, src records.Block) {
 			setState(ctx, t, w, src, protocol.BlockLive)
 		}},

@@ -49,12 +49,15 @@ type World struct {
 	Uploaded map[string][]string
 	// Damaged lists, per tenant, the blocks a test corrupted on purpose
 	// (UploadDamaged): they are expected to be quarantined, and I1 leaves
-	// them out on both sides (their samples cannot be read).
+	// them out on both sides (their samples cannot be read). A test that
+	// writes to it while handlers run does so with Repaired, and reads it
+	// with IsDamaged.
 	Damaged map[string]map[string]bool
 	// withdrawn lists, per tenant, the uploads another tool marked for
-	// deletion (Withdraw), under withdrawnMu.
-	withdrawn   map[string]map[string]bool
-	withdrawnMu sync.Mutex
+	// deletion (Withdraw). mu guards it, and Damaged and Uploaded when
+	// Repaired changes them while the pipeline runs.
+	withdrawn map[string]map[string]bool
+	mu        sync.Mutex
 	// QuarantinedGroupsExpected lets CheckQuiescent accept quarantined
 	// groups (a test of them); otherwise one is a violation.
 	QuarantinedGroupsExpected bool
@@ -140,6 +143,8 @@ func (w *World) Upload(ctx context.Context, tenant, dir string) {
 	if err := UploadBlock(ctx, w.Env.Clients.S3, w.Config.Bucket, w.Config.Layout, tenant, dir); err != nil {
 		w.T.Fatalf("testworld: %v", err)
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.Uploaded[tenant] = append(w.Uploaded[tenant], dir)
 }
 
@@ -150,10 +155,31 @@ func (w *World) UploadDamaged(ctx context.Context, tenant, dir string) {
 	if err := UploadBlock(ctx, w.Env.Clients.S3, w.Config.Bucket, w.Config.Layout, tenant, dir); err != nil {
 		w.T.Fatalf("testworld: %v", err)
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.Damaged[tenant] == nil {
 		w.Damaged[tenant] = map[string]bool{}
 	}
 	w.Damaged[tenant][filepath.Base(dir)] = true
+}
+
+// Repaired records that an operator re-uploaded damaged block dir's files,
+// sound, from dir (a copy of the block before it was damaged, under the
+// same ULID), before `sluice retry`: the block is no longer expected to be
+// quarantined, and I1 expects its samples.
+func (w *World) Repaired(tenant, dir string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.Damaged[tenant], filepath.Base(dir))
+	w.Uploaded[tenant] = append(w.Uploaded[tenant], dir)
+}
+
+// IsDamaged tells whether block id of tenant is one the test damaged and
+// has not repaired.
+func (w *World) IsDamaged(tenant, id string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.Damaged[tenant][id]
 }
 
 // Withdraw records that another tool marked upload id of tenant for
@@ -162,8 +188,8 @@ func (w *World) UploadDamaged(ctx context.Context, tenant, dir string) {
 // an output by a version that took the block before the mark came, or
 // still held by a replica's.
 func (w *World) Withdraw(tenant, id string) {
-	w.withdrawnMu.Lock()
-	defer w.withdrawnMu.Unlock()
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.withdrawn == nil {
 		w.withdrawn = map[string]map[string]bool{}
 	}
@@ -176,8 +202,8 @@ func (w *World) Withdraw(tenant, id string) {
 // remaining is the tenant's uploads but those withdrawn, and whether any
 // was.
 func (w *World) remaining(tenant string) ([]string, bool) {
-	w.withdrawnMu.Lock()
-	defer w.withdrawnMu.Unlock()
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	gone := w.withdrawn[tenant]
 	if len(gone) == 0 {
 		return w.Uploaded[tenant], false
@@ -239,6 +265,26 @@ func uploadFile(ctx context.Context, c *s3.Client, bucket string, layout blockke
 		return fmt.Errorf("upload %s: %w", k.Object(rel), err)
 	}
 	return nil
+}
+
+// CopyDir copies the tree at from to to: a block directory kept sound
+// before a test damages it, for the repair an operator uploads.
+func CopyDir(from, to string) error {
+	return filepath.WalkDir(from, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(from, path)
+		dst := filepath.Join(to, rel)
+		if d.IsDir() {
+			return os.MkdirAll(dst, 0o755)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(dst, b, 0o644)
+	})
 }
 
 // BlockKeyOf is the key of the block in dir (named by its ULID).
