@@ -58,6 +58,7 @@ const (
 	fLongTenant      = "tenant id of 150 characters"
 	fForeignMark     = "another tool's no-compact mark on an upload, mid-run (live, claimed, retiring or deleted)"
 	fRepairRetry     = "quarantined upload repaired and retried (sluice retry), mid-run"
+	fRetryUnrepaired = "quarantined upload retried unrepaired first (quarantined again)"
 )
 
 // faultKinds lists every kind above but the load-dependent ones: a run of
@@ -69,7 +70,7 @@ func faultKinds() []string {
 		fCrashBeforeS3, fCrashAfterS3, fThrottleS3, fCrashBeforeDB, fCrashAfterDB, fThrottleDB,
 		fCrashBeforeSend, fCrashAfterSend, fCrashAtStep, fStall, fShortVisible, fDelayDelivery,
 		fDupConcurrent, fDupSequential, fSkewedTakeover, fClockJump, fLateDup, fZombie,
-		fDupEvent, fReupload, fLateBlock, fShuffledUploads, fDeadline, fCorruptSource, fTwoStreams, fLongTenant, fForeignMark, fRepairRetry,
+		fDupEvent, fReupload, fLateBlock, fShuffledUploads, fDeadline, fCorruptSource, fTwoStreams, fLongTenant, fForeignMark, fRepairRetry, fRetryUnrepaired,
 	}
 }
 

@@ -249,7 +249,10 @@ func (wl *workload) run(ctx context.Context) error {
 // shipper's whole upload, with its event) and run `sluice retry`, whose
 // request the bus may duplicate, delay and redeliver. The block is then
 // an input of I1 like any upload: the retry makes it LIVE in a range
-// compacted without it, and a version merges it into the output. It
+// compacted without it, and a version merges it into the output. Half
+// the time the operator first retries the block as it is, unrepaired: it
+// is released, fails its jobs again and is quarantined again (its
+// no-compact mark removed and written anew) before the repair. It
 // closes repaired when done.
 func (wl *workload) repairWhen(ctx context.Context, loaded <-chan struct{}) {
 	defer close(wl.repaired)
@@ -261,11 +264,18 @@ func (wl *workload) repairWhen(ctx context.Context, loaded <-chan struct{}) {
 	type damaged struct {
 		tenant string
 		sound  blockgen.Block
+		// unrepairedFirst: the operator retries the block unrepaired
+		// first. Drawn before anything else, so a seed's draw does not
+		// depend on when its quarantine is seen.
+		unrepairedFirst bool
+		// retriedAt is the gen the block was quarantined at when it was
+		// retried unrepaired (0: not retried yet).
+		retriedAt int64
 	}
 	var todo []damaged
 	for _, t := range wl.tenants {
 		for _, b := range t.sound {
-			todo = append(todo, damaged{t.tenant, b})
+			todo = append(todo, damaged{tenant: t.tenant, sound: b, unrepairedFirst: wl.repair.IntN(2) == 0})
 		}
 	}
 	tick := time.NewTicker(200 * time.Millisecond)
@@ -283,27 +293,48 @@ func (wl *workload) repairWhen(ctx context.Context, loaded <-chan struct{}) {
 		for _, d := range todo {
 			id := filepath.Base(d.sound.Dir)
 			b, _, err := wl.w.Store.GetBlock(ctx, d.tenant, id)
-			switch {
-			case err != nil:
+			if err != nil {
 				if ctx.Err() == nil {
 					wl.w.T.Errorf("repair of %s/%s: %v", d.tenant, id, err)
 				}
 				return
-			case b.State == protocol.BlockQuarantined:
-				if !now {
-					sleep(ctx, time.Duration(wl.repair.IntN(1500))*time.Millisecond)
+			}
+			if b.State != protocol.BlockQuarantined || b.Gen <= d.retriedAt {
+				if now {
+					wl.w.T.Logf("repair of %s/%s: it is %s at gen %d, not quarantined (again); not repaired", d.tenant, id, b.State, b.Gen)
+				} else {
+					left = append(left, d)
 				}
-				if err := wl.repairOne(ctx, d.tenant, d.sound.Dir); err != nil && ctx.Err() == nil {
-					wl.w.T.Errorf("repair of %s/%s: %v", d.tenant, id, err)
+				continue
+			}
+			if !now {
+				sleep(ctx, time.Duration(wl.repair.IntN(1500))*time.Millisecond)
+			}
+			if d.unrepairedFirst && d.retriedAt == 0 {
+				if err := wl.retryBlock(ctx, d.tenant, id); err != nil {
+					if ctx.Err() == nil {
+						wl.w.T.Errorf("retry of %s/%s: %v", d.tenant, id, err)
+					}
+					continue
 				}
-			case now:
-				wl.w.T.Logf("repair of %s/%s: it is %s, not quarantined; not repaired", d.tenant, id, b.State)
-			default:
+				wl.plan.count(fRetryUnrepaired)
+				wl.w.T.Logf("an operator retries %s/%s without repairing it", d.tenant, id)
+				d.retriedAt = b.Gen
 				left = append(left, d)
+				continue
+			}
+			if err := wl.repairOne(ctx, d.tenant, d.sound.Dir); err != nil && ctx.Err() == nil {
+				wl.w.T.Errorf("repair of %s/%s: %v", d.tenant, id, err)
 			}
 		}
 		todo = left
 	}
+}
+
+// retryBlock runs `sluice retry` on block id of tenant.
+func (wl *workload) retryBlock(ctx context.Context, tenant, id string) error {
+	_, err := cli.Retry(ctx, wl.w.Store, wl.retry, messages.RetryRequest{Tenant: tenant, Block: id, Nonce: fmt.Sprintf("chaos-%d", wl.repair.Uint32())})
+	return err
 }
 
 // repairOne uploads the sound files of quarantined block dir of tenant
@@ -327,12 +358,11 @@ func (wl *workload) repairOne(ctx context.Context, tenant, dir string) error {
 	}
 	wl.w.Repaired(tenant, dir)
 	id := filepath.Base(dir)
-	what, err := cli.Retry(ctx, wl.w.Store, wl.retry, messages.RetryRequest{Tenant: tenant, Block: id, Nonce: "chaos-" + id})
-	if err != nil {
+	if err := wl.retryBlock(ctx, tenant, id); err != nil {
 		return err
 	}
 	wl.plan.count(fRepairRetry)
-	wl.w.T.Logf("an operator repairs %s/%s (meta.json re-uploaded too: %v) and retries: %s", tenant, id, whole, what)
+	wl.w.T.Logf("an operator repairs %s/%s (meta.json re-uploaded too: %v) and retries it", tenant, id, whole)
 	return nil
 }
 

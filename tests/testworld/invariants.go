@@ -168,6 +168,9 @@ func (w *World) checkQuarantine(ctx context.Context, tenant string, blocks []rec
 			errs = append(errs, fmt.Errorf("quarantine: %s is quarantined without a no-compact mark", b.Key()))
 		case b.State == protocol.BlockQuarantined:
 			seen[b.ID] = true
+			if err := w.markInBucket(ctx, b); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	for id := range w.Damaged[tenant] {
@@ -187,6 +190,24 @@ func (w *World) checkQuarantine(ctx context.Context, tenant string, blocks []rec
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// markInBucket: the no-compact mark quarantined block b's record names is
+// in the bucket, so other tools leave the block alone too. (A release's
+// removal of the mark racing a second quarantine could leave the record
+// naming a deleted version.)
+func (w *World) markInBucket(ctx context.Context, b records.Block) error {
+	k, err := w.key(b)
+	if err != nil {
+		return err
+	}
+	key := k.Object(blockkey.NoCompactMarkFile)
+	_, err = w.Env.Clients.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(w.Config.Bucket), Key: aws.String(key),
+		VersionId: aws.String(b.NoCompactMarkVersionID)})
+	if err != nil {
+		return fmt.Errorf("quarantine: %s is quarantined, but the no-compact mark its record names (%s) cannot be read: %w", b.Key(), b.NoCompactMarkVersionID, err)
+	}
+	return nil
 }
 
 // checkSamples is I1: the live blocks, with the blocks kept as they were

@@ -50,6 +50,19 @@ func TestCheckQuiescentCatchesHandBuiltViolations(t *testing.T) {
 			w.Damaged["q"] = map[string]bool{more[0].Meta.ULID.String(): true} // damaged, then repaired, never retried
 			w.Repaired("q", more[0].Dir)
 		}},
+		{name: "a quarantined block whose no-compact mark is not in the bucket", want: "the no-compact mark its record names", tamper: func(ctx context.Context, t *testing.T, w *World, live, _ records.Block) {
+			w.Damaged["q"] = map[string]bool{live.ID: true}
+			setState(ctx, t, w, live, protocol.BlockQuarantined)
+			if _, err := w.Env.Clients.DynamoDB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+				TableName: aws.String(w.Config.Table),
+				Key: map[string]types.AttributeValue{
+					"PK": &types.AttributeValueMemberS{Value: "T#" + live.Tenant}, "SK": &types.AttributeValueMemberS{Value: "B#" + live.ID}},
+				UpdateExpression:          aws.String("SET ncVid = :vid, ncOurs = :ours"),
+				ExpressionAttributeValues: map[string]types.AttributeValue{":vid": &types.AttributeValueMemberS{Value: "a-version-deleted-since"}, ":ours": &types.AttributeValueMemberBOOL{Value: true}},
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}},
 		{name: "a retired source back to LIVE beside its output", want: "I2 violated", tamper: func(ctx context.Context, t *testing.T, w *World, _, src records.Block) {
 			setState(ctx, t, w, src, protocol.BlockLive)
 		}},
