@@ -34,6 +34,24 @@ func BlamedSource(err error) (ulid.ULID, bool) {
 	return ulid.ULID{}, false
 }
 
+// Blame returns err as the *SourceError of the first of readers that
+// cannot be read, when err blames no source already and one of them is
+// to blame; otherwise err as it is. A job reading sources outside a merge
+// (a downsample reads its one block series by series) learns from it
+// whether a failure was its source's: an index that cannot be decoded
+// fails the read with no block named. readers are streamed sources,
+// whose chunks blame their block themselves, so only their indexes are
+// read again.
+func Blame(ctx context.Context, err error, readers ...tsdb.BlockReader) error {
+	if _, blamed := BlamedSource(err); blamed || ctx.Err() != nil {
+		return err
+	}
+	if blame := diagnose(ctx, readers, false); blame != nil {
+		return fmt.Errorf("%w (failed: %v)", blame, err)
+	}
+	return err
+}
+
 // diagnose reads every series (and, withChunks, every chunk) of each
 // opened source, one at a time, to find the one a failed merge could not
 // read: the merge's error does not say which block a corrupt series or

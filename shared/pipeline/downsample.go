@@ -191,7 +191,10 @@ func (c Compact) downsample(ctx context.Context, head records.Group, parts []int
 	outULID := outputULID(head, part)
 	res, err := downsample.BlockSeries(ctx, c.Logger, br, meta, filepath.Join(scratch, "out"), outULID, head.Key.Resolution, keep)
 	if err != nil {
-		return nil, jobError{err}
+		// A source whose index cannot be decoded is to blame, and is
+		// quarantined, not the group (chaos seed 1493: a corrupt upload
+		// downsampled whole failed as the group's own error).
+		return nil, jobError{compaction.Blame(ctx, err, br)}
 	}
 	if res.Meta.Stats.NumSeries == 0 {
 		log.InfoContext(ctx, "no series of the block in this partition; nothing to downsample", "outputPartition", outID, "of", outCount)

@@ -220,6 +220,42 @@ func TestRetriedSourceIsNotBlamedAgain(t *testing.T) {
 	}
 }
 
+// TestCorruptUploadDownsampledWholeIsQuarantined (chaos seed 1493): an
+// upload downsampled whole (raw span 2h) whose index cannot be decoded.
+// The downsample reads it outside any merge, series by series, and its
+// error names no block: counted as the group's own, the failures
+// quarantined the downsample group, and the corrupt upload stayed LIVE.
+// The job now asks which source is to blame (compaction.Blame), and the
+// block is quarantined.
+func TestCorruptUploadDownsampledWholeIsQuarantined(t *testing.T) {
+	t.Parallel()
+	w := testworld.New(t, testworld.Options{Configure: func(c *config.Config) {
+		c.MaxJobAttempts = 3
+		c.Policy.Downsample = true
+		c.Policy.DownsampleRawSpan, c.Policy.DownsampleFiveMinuteSpan = 2*time.Hour, 3*time.Hour
+	}})
+	ctx := context.Background()
+	blocks := w.Generate(blockgen.Options{Tenant: "acme", Start: day(), Blocks: 1, Series: 40, Seed: 23, ThanosFiles: true})
+	bad := blocks[0]
+	badID := bad.Meta.ULID.String()
+	uploadOneDamaged(ctx, t, w, "acme", blocks, bad)
+	settleUntil(t, w, func(ctx context.Context) (bool, error) {
+		b, _, err := w.Store.GetBlock(ctx, "acme", badID)
+		if err != nil || b.State == protocol.BlockQuarantined {
+			return err == nil, err
+		}
+		groups, err := w.Store.TenantGroups(ctx, "acme")
+		return slices.ContainsFunc(groups, func(g records.Group) bool { return g.State == protocol.GroupQuarantined }), err
+	}, "acme")
+	b := byID(w.Blocks(ctx, "acme"))[badID]
+	if b.State != protocol.BlockQuarantined || !strings.Contains(b.Reason, "blaming source "+badID) {
+		t.Errorf("the block is %s (%q); want it QUARANTINED, its downsample's failures blaming it", b.State, b.Reason)
+	}
+	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestQuarantineMarkSurvivesACrash (chaos seed 106): the cleaner that
 // quarantines a blamed source — one transaction supersedes the version
 // and makes the block QUARANTINED — dies before it sends the op that
