@@ -361,8 +361,8 @@ func (p Planner) retry(ctx context.Context, req messages.RetryRequest, ask planA
 	if err != nil {
 		return err
 	}
-	if !ok || (b.State != protocol.BlockQuarantined && b.State != protocol.BlockLive) {
-		log.WarnContext(ctx, "retry of a block that is not quarantined; nothing to do", "state", b.State)
+	if !ok {
+		log.WarnContext(ctx, "retry of a block Sluice does not know; nothing to do")
 		return nil
 	}
 	id, err := ulid.ParseStrict(b.ID)
@@ -372,6 +372,28 @@ func (p Planner) retry(ctx context.Context, req messages.RetryRequest, ask planA
 	k, err := p.Config.Layout.Block(b.Tenant, id)
 	if err != nil {
 		return err
+	}
+	switch b.State {
+	case protocol.BlockQuarantined, protocol.BlockLive:
+	case protocol.BlockClaimed, protocol.BlockRetiring, protocol.BlockDeleted:
+		// Released by an earlier delivery that died before sending the
+		// removal of Sluice's mark and the deletion of the versions the
+		// re-upload replaced, and planned, compacted or deleted since
+		// (chaos seed 1490): those ops are sent again. Each is judged
+		// when it runs — the removal by the block's state and gen, each
+		// version by whether the record names it then — and the
+		// block's own DELETE deletes only what its record names, so
+		// nothing else would ever delete the replaced versions.
+		if !b.NoCompactMarkOurs && len(b.Superseded) == 0 {
+			log.WarnContext(ctx, "retry of a block that is not quarantined; nothing to do", "state", b.State)
+			return nil
+		}
+		log.InfoContext(ctx, "retry of a block released and moved on since; its release's ops are sent again",
+			"state", b.State, "gen", b.Gen, "replacedVersions", len(b.Superseded))
+		return p.sendReleaseOps(ctx, k, b)
+	default:
+		log.WarnContext(ctx, "retry of a block that is not quarantined; nothing to do", "state", b.State)
+		return nil
 	}
 	if b.State == protocol.BlockLive {
 		// Released by an earlier delivery, which may have died before
@@ -431,15 +453,22 @@ func (p Planner) retry(ctx context.Context, req messages.RetryRequest, ask planA
 // can find the block LIVE); a mark not recorded yet is never written, its
 // op stale once the block is LIVE.
 func (p Planner) afterRelease(ctx context.Context, k blockkey.Key, b records.Block, ask planAsks) error {
+	if err := p.sendReleaseOps(ctx, k, b); err != nil {
+		return err
+	}
+	return p.planFor(ctx, b, ask)
+}
+
+// sendReleaseOps sends the ops of released block b: the removal of
+// Sluice's no-compact mark and the deletion of the versions its
+// re-upload replaced.
+func (p Planner) sendReleaseOps(ctx context.Context, k blockkey.Key, b records.Block) error {
 	if b.NoCompactMarkOurs {
 		if err := p.Send.Op(ctx, messages.BlockOp{Op: messages.OpUnmarkNoCompact, Tenant: b.Tenant, Block: b.ID, Gen: b.Gen}); err != nil {
 			return err
 		}
 	}
-	if err := p.sendSuperseded(ctx, k, b); err != nil {
-		return err
-	}
-	return p.planFor(ctx, b, ask)
+	return p.sendSuperseded(ctx, k, b)
 }
 
 // checkFiles reads a few bytes of the block's files by their VersionIds

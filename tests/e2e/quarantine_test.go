@@ -164,25 +164,8 @@ func TestCorruptSourceIsQuarantined(t *testing.T) {
 // reason, before any job ran). The block is compacted into its range.
 func TestRetriedSourceIsNotBlamedAgain(t *testing.T) {
 	t.Parallel()
-	w := testworld.New(t, testworld.Options{Configure: func(c *config.Config) {
-		c.Policy.CloseDelay = time.Hour
-		c.MaxJobAttempts = 3
-	}})
+	w, badID, repaired, g := quarantinedInAWaitingRange(t, 22)
 	ctx := context.Background()
-	blocks := w.Generate(blockgen.Options{Tenant: "acme", Start: day(), Blocks: 6, Series: 40, Seed: 22, ThanosFiles: true})
-	bad := blocks[2]
-	badID := bad.Meta.ULID.String()
-	repaired := filepath.Join(t.TempDir(), badID)
-	if err := testworld.CopyDir(bad.Dir, repaired); err != nil {
-		t.Fatal(err)
-	}
-	uploadOneDamaged(ctx, t, w, "acme", blocks, bad)
-	settleUntil(t, w, func(ctx context.Context) (bool, error) {
-		b, _, err := w.Store.GetBlock(ctx, "acme", badID)
-		return b.State == protocol.BlockQuarantined, err
-	}, "acme")
-	q := byID(w.Blocks(ctx, "acme"))[badID]
-	g := planning.GroupKey{Stream: q.Stream, Level: 1, RangeStart: day().UnixMilli()}
 	head, _, err := w.Store.GetGroup(ctx, "acme", g)
 	if err != nil {
 		t.Fatal(err)
@@ -215,6 +198,82 @@ func TestRetriedSourceIsNotBlamedAgain(t *testing.T) {
 			last.Version, last.Failures, last.Sources, head.Version+1)
 	}
 	settle(t, w, "acme")
+	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// quarantinedInAWaitingRange uploads six 2h blocks of tenant acme, one of
+// them (its ULID badID) with a damaged index, and settles once that one is
+// quarantined after 3 failed attempts. Its 12h range g is not covered
+// without it and closes only in an hour, so nothing plans it meanwhile.
+// repaired is a sound copy of the damaged block.
+func quarantinedInAWaitingRange(t *testing.T, seed int64) (w *testworld.World, badID, repaired string, g planning.GroupKey) {
+	t.Helper()
+	w = testworld.New(t, testworld.Options{Configure: func(c *config.Config) {
+		c.Policy.CloseDelay = time.Hour
+		c.MaxJobAttempts = 3
+	}})
+	ctx := context.Background()
+	blocks := w.Generate(blockgen.Options{Tenant: "acme", Start: day(), Blocks: 6, Series: 40, Seed: seed, ThanosFiles: true})
+	bad := blocks[2]
+	badID = bad.Meta.ULID.String()
+	repaired = filepath.Join(t.TempDir(), badID)
+	if err := testworld.CopyDir(bad.Dir, repaired); err != nil {
+		t.Fatal(err)
+	}
+	uploadOneDamaged(ctx, t, w, "acme", blocks, bad)
+	settleUntil(t, w, func(ctx context.Context) (bool, error) {
+		b, _, err := w.Store.GetBlock(ctx, "acme", badID)
+		return b.State == protocol.BlockQuarantined, err
+	}, "acme")
+	q := byID(w.Blocks(ctx, "acme"))[badID]
+	return w, badID, repaired, planning.GroupKey{Stream: q.Stream, Level: 1, RangeStart: day().UnixMilli()}
+}
+
+// TestRetryRedeliveredAfterItsBlockMovedOn (chaos seed 1490): the retry
+// of a repaired block dies right after releasing it, before it sends the
+// deletion of the versions the repair replaced. Before SQS delivers it
+// again, the range is planned and the block claimed. The redelivery finds
+// the block CLAIMED, not quarantined; it used to do nothing, and the
+// replaced index and chunks outlived the block (its DELETE deletes only
+// what its record names). It now sends the release's ops again.
+func TestRetryRedeliveredAfterItsBlockMovedOn(t *testing.T) {
+	t.Parallel()
+	w, badID, repaired, g := quarantinedInAWaitingRange(t, 24)
+	ctx := context.Background()
+	if err := testworld.UploadFiles(ctx, w.Env.Clients.S3, w.Config.Bucket, w.Config.Layout, "acme", repaired); err != nil {
+		t.Fatal(err)
+	}
+	w.Repaired("acme", repaired)
+	body, err := messages.Encode(messages.RetryRequest{Tenant: "acme", Block: badID, Nonce: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	retry := events.SQSEvent{Records: []events.SQSMessage{{MessageId: "retry", Body: body, EventSource: "aws:sqs"}}}
+	dying := *w.Pipeline.Deps
+	dying.Hook = func(_ context.Context, step pipeline.Step, _ string) error {
+		if step == "planner.after-release" {
+			return errors.New("injected: the retry dies right after releasing the block")
+		}
+		return nil
+	}
+	if resp, err := (pipeline.Planner{Deps: &dying}).Handle(ctx, retry); err != nil || len(resp.BatchItemFailures) != 1 {
+		t.Fatalf("the dying retry: %v, failures %v; want its message failed", err, resp.BatchItemFailures)
+	}
+	if err := (pipeline.Planner{Deps: w.Pipeline.Deps}).PlanGroup(ctx, "acme", g); err != nil {
+		t.Fatal(err)
+	}
+	if b, _, err := w.Store.GetBlock(ctx, "acme", badID); err != nil || b.State != protocol.BlockClaimed || len(b.Superseded) != 2 {
+		t.Fatalf("the released block is %s with %d replaced versions (%v); want CLAIMED by the range's version, 2 replaced", b.State, len(b.Superseded), err)
+	}
+	if resp, err := (pipeline.Planner{Deps: w.Pipeline.Deps}).Handle(ctx, retry); err != nil || len(resp.BatchItemFailures) > 0 {
+		t.Fatalf("the retry's redelivery: %v, failures %v", err, resp.BatchItemFailures)
+	}
+	settle(t, w, "acme")
+	if b := byID(w.Blocks(ctx, "acme"))[badID]; b.State != protocol.BlockRetiring && b.State != protocol.BlockDeleted {
+		t.Errorf("the retried block is %s; want compacted", b.State)
+	}
 	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
 		t.Fatal(err)
 	}
