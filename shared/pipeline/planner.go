@@ -384,13 +384,12 @@ func (p Planner) retry(ctx context.Context, req messages.RetryRequest, ask planA
 		// version by whether the record names it then — and the
 		// block's own DELETE deletes only what its record names, so
 		// nothing else would ever delete the replaced versions.
-		if !b.NoCompactMarkOurs && len(b.Superseded) == 0 {
-			log.WarnContext(ctx, "retry of a block that is not quarantined; nothing to do", "state", b.State)
-			return nil
+		if b.NoCompactMarkOurs || len(b.Superseded) > 0 {
+			log.InfoContext(ctx, "retry of a block released and moved on since; its release's ops are sent again",
+				"state", b.State, "gen", b.Gen, "replacedVersions", len(b.Superseded))
+			return p.sendReleaseOps(ctx, k, b)
 		}
-		log.InfoContext(ctx, "retry of a block released and moved on since; its release's ops are sent again",
-			"state", b.State, "gen", b.Gen, "replacedVersions", len(b.Superseded))
-		return p.sendReleaseOps(ctx, k, b)
+		fallthrough
 	default:
 		log.WarnContext(ctx, "retry of a block that is not quarantined; nothing to do", "state", b.State)
 		return nil

@@ -470,7 +470,7 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 		states := []protocol.BlockState{protocol.BlockLive, protocol.BlockClaimed, protocol.BlockRetiring, protocol.BlockDeleted}
 		wl.mark, wl.markIn = mark, states[mark.IntN(len(states))]
 		wl.markFile = []string{blockkey.NoCompactMarkFile, blockkey.DeletionMarkFile}[mark.IntN(2)]
-		wl.markNow, wl.marked = make(chan struct{}), make(chan struct{})
+		wl.marking = newCue()
 	}
 	// Half the seeds with a damaged upload have an operator repair it once
 	// it is quarantined and run `sluice retry` on it. Drawn from a stream
@@ -479,7 +479,7 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 		for _, tb := range tenants {
 			if len(tb.sound) > 0 {
 				wl.repair, wl.retry = repair, messages.Sender{SQS: b, Queues: w.Config.Queues}
-				wl.repairNow, wl.repaired = make(chan struct{}), make(chan struct{})
+				wl.repairing = newCue()
 				break
 			}
 		}
@@ -490,45 +490,11 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 		defer close(loaded)
 		loadErr = wl.run(ctx)
 	}()
-	markPending, markWritten := func() bool { return false }, func() bool { return false }
 	if wl.mark != nil {
 		go wl.markWhen(runCtx)
-		markWritten = func() bool {
-			select {
-			case <-wl.marked:
-				return true
-			default:
-				return false
-			}
-		}
-		var once sync.Once
-		markPending = func() bool {
-			if markWritten() {
-				return false
-			}
-			once.Do(func() { close(wl.markNow) })
-			return true
-		}
 	}
-	repairPending, repairDone := func() bool { return false }, func() bool { return false }
 	if wl.repair != nil {
 		go wl.repairWhen(runCtx, loaded)
-		repairDone = func() bool {
-			select {
-			case <-wl.repaired:
-				return true
-			default:
-				return false
-			}
-		}
-		var once sync.Once
-		repairPending = func() bool {
-			if repairDone() {
-				return false
-			}
-			once.Do(func() { close(wl.repairNow) })
-			return true
-		}
 	}
 	// One clock jump, at a seeded moment: re-drives, lease expiry, or a
 	// version that looks stuck.
@@ -593,7 +559,7 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 		// this, its late block and the upload it repeats stayed live
 		// side by side, waiting for a close that never came).
 		kinds := []records.AgendaKind{records.AgendaDelete, records.AgendaOrphans, records.AgendaActive}
-		if res.uploadWait || markWritten() {
+		if res.uploadWait || wl.marking.taken() {
 			kinds = append(kinds, records.AgendaRange)
 		}
 		var next time.Time
@@ -615,7 +581,7 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 				return false, nil
 			}
 			// The mark and the repair, if still to come, come now.
-			mark, repair := markPending(), repairPending()
+			mark, repair := wl.marking.pending(), wl.repairing.pending()
 			return !mark && !repair, nil
 		}
 		if wait := next.Sub(clock.Now()); wait > 0 {
@@ -648,12 +614,8 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 	stop()
 	running.Wait()
 	sched.rogues.Wait()
-	if wl.marked != nil {
-		<-wl.marked // a seed that did not settle may stop it before its mark
-	}
-	if wl.repaired != nil {
-		<-wl.repaired
-	}
+	wl.marking.wait()
+	wl.repairing.wait()
 
 	if err := w.CheckQuiescent(ctx, names...); err != nil {
 		for _, e := range unjoin(err) {

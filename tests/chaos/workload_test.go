@@ -162,22 +162,61 @@ type workload struct {
 	notes   *notifier
 	// mark, when set, draws the upload that another tool marks and the
 	// state it is marked in (markIn, or any later one): markWhen writes
-	// the mark (markFile: a no-compact or a deletion mark), then closes
-	// marked.
+	// the mark (markFile: a no-compact or a deletion mark), then ends
+	// marking. When the settle loop finds nothing else left to do, the
+	// mark is written then, whatever its upload's state.
 	mark     *rand.Rand
 	markIn   protocol.BlockState
 	markFile string
-	// markNow is closed by the settle loop once nothing else is left to
-	// do: the mark is written then, whatever its upload's state.
-	markNow chan struct{}
-	marked  chan struct{}
+	marking  *cue
 	// repair, when set, has an operator repair each quarantined upload
-	// and run `sluice retry` on it (repairWhen), through retry; repairNow
-	// and repaired are as markNow and marked.
+	// and run `sluice retry` on it (repairWhen), through retry, cued as
+	// the mark is.
 	repair    *rand.Rand
 	retry     messages.Sender
-	repairNow chan struct{}
-	repaired  chan struct{}
+	repairing *cue
+}
+
+// cue is an action of the workload that waits for the pipeline to reach
+// a state, or at the latest for the settle loop to find nothing else left
+// to do: the loop then calls pending, which closes now. The action closes
+// done when it has been taken (or given up). A nil cue is no action.
+type cue struct {
+	now, done chan struct{}
+	once      sync.Once
+}
+
+func newCue() *cue { return &cue{now: make(chan struct{}), done: make(chan struct{})} }
+
+// taken reports whether the action is done.
+func (c *cue) taken() bool {
+	if c == nil {
+		return false
+	}
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// pending tells the action to be taken now, and reports whether it is
+// still to come.
+func (c *cue) pending() bool {
+	if c == nil || c.taken() {
+		return false
+	}
+	c.once.Do(func() { close(c.now) })
+	return true
+}
+
+// wait waits for the action to end (a seed that did not settle may stop
+// it before it is taken).
+func (c *cue) wait() {
+	if c != nil {
+		<-c.done
+	}
 }
 
 func (wl *workload) run(ctx context.Context) error {
@@ -244,7 +283,7 @@ func (wl *workload) run(ctx context.Context) error {
 
 // repairWhen waits for the seed's uploads to be made (loaded), then for
 // each damaged upload to be quarantined — or for the settle loop to find
-// nothing else left to do (repairNow) — and has an operator repair it:
+// nothing else left to do (its cue) — and has an operator repair it:
 // re-upload its files sound (now and then its meta.json too, as a
 // shipper's whole upload, with its event) and run `sluice retry`, whose
 // request the bus may duplicate, delay and redeliver. The block is then
@@ -253,9 +292,9 @@ func (wl *workload) run(ctx context.Context) error {
 // the time the operator first retries the block as it is, unrepaired: it
 // is released, fails its jobs again and is quarantined again (its
 // no-compact mark removed and written anew) before the repair. It
-// closes repaired when done.
+// ends its cue when done.
 func (wl *workload) repairWhen(ctx context.Context, loaded <-chan struct{}) {
-	defer close(wl.repaired)
+	defer close(wl.repairing.done)
 	select {
 	case <-loaded:
 	case <-ctx.Done():
@@ -285,7 +324,7 @@ func (wl *workload) repairWhen(ctx context.Context, loaded <-chan struct{}) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-wl.repairNow:
+		case <-wl.repairing.now:
 			now = true
 		case <-tick.C:
 		}
@@ -343,14 +382,9 @@ func (wl *workload) retryBlock(ctx context.Context, tenant, id string) error {
 func (wl *workload) repairOne(ctx context.Context, tenant, dir string) error {
 	whole := wl.repair.IntN(2) == 0
 	if whole {
-		if err := testworld.UploadBlock(ctx, wl.w.Env.Clients.S3, wl.w.Config.Bucket, wl.w.Config.Layout, tenant, dir); err != nil {
-			return err
-		}
-		k, err := testworld.BlockKeyOf(wl.w.Config.Layout, tenant, dir)
-		if err != nil {
-			return err
-		}
-		if err := wl.notes.created(ctx, k.Object(blockkey.MetaFile), ""); err != nil {
+		// As a shipper's upload, with its event; the repair's samples
+		// become an input of I1 below.
+		if err := wl.upload(ctx, tenant, dir, false); err != nil {
 			return err
 		}
 	} else if err := testworld.UploadFiles(ctx, wl.w.Env.Clients.S3, wl.w.Config.Bucket, wl.w.Config.Layout, tenant, dir); err != nil {
@@ -375,8 +409,8 @@ var markRank = map[protocol.BlockState]int{
 // markWhen writes a no-compact or deletion mark as `thanos tools bucket
 // mark` does on one upload of a tenant drawn at random, once it is in the
 // state drawn (markIn) or a later one — or when the settle loop finds
-// nothing else left to do (markNow) — and lets S3 notify; it closes
-// marked when done. Sluice notes the mark on a LIVE upload, takes down
+// nothing else left to do (its cue) — and lets S3 notify; it ends its
+// cue when done. Sluice notes the mark on a LIVE upload, takes down
 // the version that claimed it (or retires it with the version, if that
 // completed), deletes a LIVE upload marked for deletion once the delay
 // from its mark ends, and deletes the mark from an upload it is done
@@ -384,7 +418,7 @@ var markRank = map[protocol.BlockState]int{
 // downsampled partition would leave its 5m range waiting for ever
 // (docs/protocol.md, "A downsampled range merges only whole sources").
 func (wl *workload) markWhen(ctx context.Context) {
-	defer close(wl.marked)
+	defer close(wl.marking.done)
 	t := wl.tenants[wl.mark.IntN(len(wl.tenants))]
 	chosen := ""
 	tick := time.NewTicker(200 * time.Millisecond)
@@ -394,7 +428,7 @@ func (wl *workload) markWhen(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-wl.markNow:
+		case <-wl.marking.now:
 			now = true
 		case <-tick.C:
 		}
