@@ -147,10 +147,17 @@ func (p Planner) honourMark(ctx context.Context, k blockkey.Key, b records.Block
 		if err != nil {
 			return false, err
 		}
-		if !deletion && cur == b.NoCompactMarkVersionID && b.NoCompactMarkOurs {
+		if !deletion && ownNoCompactMark(body, k) {
 			// Sluice's own mark of a block quarantined once and released
-			// since, its notification late: the release deletes it.
-			log.InfoContext(ctx, "late notification of Sluice's own no-compact mark; nothing to honour", "markVersion", cur)
+			// since, its notification late. The release removes a mark
+			// the record names; the NO_COMPACT op that wrote one the
+			// record does not name, for a quarantine the block left
+			// before the op recorded it, deletes it itself
+			// (dropStrayOwnMarks). Noted as another tool's, it would keep
+			// the repaired block from every compaction, and the record
+			// would name a version that op deletes.
+			log.InfoContext(ctx, "late notification of Sluice's own no-compact mark; nothing to honour", "markVersion", cur,
+				"named", cur == b.NoCompactMarkVersionID)
 			return false, nil
 		}
 		markedAt := p.now()

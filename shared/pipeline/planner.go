@@ -565,12 +565,12 @@ func (p Planner) sendStray(ctx context.Context, k blockkey.Key, b records.Block,
 	return sendStray(ctx, p.Send, k.Tenant, k.Block.String(), b.Gen, stray)
 }
 
-func (p Planner) getObject(ctx context.Context, key, vid string) ([]byte, string, error) {
-	in := &s3.GetObjectInput{Bucket: aws.String(p.Config.Bucket), Key: aws.String(key)}
+func (d *Deps) getObject(ctx context.Context, key, vid string) ([]byte, string, error) {
+	in := &s3.GetObjectInput{Bucket: aws.String(d.Config.Bucket), Key: aws.String(key)}
 	if vid != "" {
 		in.VersionId = aws.String(vid)
 	}
-	res, err := p.S3.GetObject(ctx, in)
+	res, err := d.S3.GetObject(ctx, in)
 	if err != nil {
 		return nil, "", fmt.Errorf("get %s: %w", key, err)
 	}

@@ -95,6 +95,11 @@ func (u Uploader) Execute(ctx context.Context, op messages.BlockOp) error {
 	}
 	if acts, _ := protocol.OpActs(op.Op, op.Gen, b.State, b.Gen); !known || !acts {
 		log.WarnContext(ctx, "stale block op dropped", "recordGen", b.Gen, "recordState", b.State, "known", known)
+		if op.Op == messages.OpNoCompact {
+			// An earlier delivery may have written its mark and died
+			// before recording it, and the block moved on since.
+			return u.dropStrayOwnMarks(ctx, k, log)
+		}
 		return nil
 	}
 	if err := u.step(ctx, Step("uploader.before-"+strings.ToLower(string(op.Op))), b.Key()); err != nil {
@@ -156,7 +161,7 @@ func (u Uploader) markNoCompact(ctx context.Context, k blockkey.Key, b records.B
 	}
 	// The mark's time is the quarantine's, so a retry of this op writes the
 	// same bytes and recognises a mark its first try wrote as its own.
-	body, err := blockmeta.NewNoCompactMark(id, time.UnixMilli(b.UpdatedAt), "quarantined by Sluice: "+b.Reason).Marshal()
+	body, err := blockmeta.NewNoCompactMark(id, time.UnixMilli(b.UpdatedAt), quarantineMarkDetails+b.Reason).Marshal()
 	if err != nil {
 		return err
 	}
@@ -170,14 +175,74 @@ func (u Uploader) markNoCompact(ctx context.Context, k blockkey.Key, b records.B
 			return err
 		}
 	}
+	if err := u.step(ctx, "uploader.no-compact-written", b.Key()); err != nil {
+		return err
+	}
 	if err := u.records().RecordNoCompactMark(ctx, b.Tenant, b.ID, b.Gen, vid, ours, globalVid, u.now()); err != nil {
 		if records.IsConditionLost(err) {
-			log.WarnContext(ctx, "block moved on while writing its no-compact mark", "lost", err)
-			return nil
+			log.WarnContext(ctx, "block moved on while writing its no-compact mark", "versionId", vid, "lost", err)
+			return u.dropStrayOwnMarks(ctx, k, log)
 		}
 		return err
 	}
 	log.InfoContext(ctx, "no-compact mark written for a quarantined block", "versionId", vid, "ours", ours)
+	return nil
+}
+
+// quarantineMarkDetails begins the details of every no-compact mark
+// Sluice writes. By it the uploader and the planner tell a mark of
+// Sluice's from another tool's when no record names it.
+const quarantineMarkDetails = "quarantined by Sluice: "
+
+// ownNoCompactMark reports whether body is a no-compact mark Sluice wrote
+// for block k.
+func ownNoCompactMark(body []byte, k blockkey.Key) bool {
+	m, err := blockmeta.ParseNoCompactMark(body, k.BlockKey())
+	return err == nil && m.ID == k.Block && strings.HasPrefix(m.Details, quarantineMarkDetails)
+}
+
+// dropStrayOwnMarks deletes, by its version, a no-compact mark of
+// Sluice's for block k, and its global marker, that the block's record
+// does not name. A NO_COMPACT op writes its mark before it records it;
+// when `sluice retry` releases the block in that gap, the record write
+// loses, or the op's redelivery after a crash there no longer acts. The
+// release read a record that named no mark, so it sends no removal, and
+// the block's DELETE deletes only the versions its record names: the mark
+// outlived the block (chaos seed 17, CI on 56ed430). On a block
+// quarantined again, the next NO_COMPACT op would find it in place and
+// take it for another tool's.
+//
+// Nothing starts naming such a mark while this runs: only NO_COMPACT ops
+// record Sluice's marks, the ops of one block run one at a time (one FIFO
+// group per block key), and the planner never notes a mark of Sluice's as
+// another tool's (honourMark). One GET per key, on this rare path only.
+func (u Uploader) dropStrayOwnMarks(ctx context.Context, k blockkey.Key, log *slog.Logger) error {
+	b, known, err := u.records().GetBlock(ctx, k.Tenant, k.Block.String())
+	if err != nil {
+		return err
+	}
+	type mark struct{ key, named string }
+	marks := []mark{{k.Object(blockkey.NoCompactMarkFile), b.NoCompactMarkVersionID}}
+	if u.Config.BucketIndex != "" {
+		marks = append(marks, mark{u.Config.Layout.GlobalMarker(k.Tenant, k.Block.String(), blockkey.NoCompactMarkFile), b.GlobalNoCompactVersionID})
+	}
+	for _, m := range marks {
+		body, vid, err := u.getObject(ctx, m.key, "")
+		if s3errors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if (known && vid == m.named) || !ownNoCompactMark(body, k) {
+			continue
+		}
+		if err := u.deleteVersion(ctx, m.key, vid); err != nil {
+			return err
+		}
+		log.WarnContext(ctx, "deleted a no-compact mark of Sluice's that its block's record does not name (the block left its quarantine before the mark was recorded)",
+			"key", m.key, "versionId", vid, "recordState", b.State, "recordGen", b.Gen)
+	}
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -210,10 +211,35 @@ func TestRetriedSourceIsNotBlamedAgain(t *testing.T) {
 // repaired is a sound copy of the damaged block.
 func quarantinedInAWaitingRange(t *testing.T, seed int64) (w *testworld.World, badID, repaired string, g planning.GroupKey) {
 	t.Helper()
-	w = testworld.New(t, testworld.Options{Configure: func(c *config.Config) {
-		c.Policy.CloseDelay = time.Hour
-		c.MaxJobAttempts = 3
-	}})
+	w, badID, repaired = damagedInAWaitingRange(t, seed, nil)
+	ctx := context.Background()
+	settleUntil(t, w, func(ctx context.Context) (bool, error) {
+		b, _, err := w.Store.GetBlock(ctx, "acme", badID)
+		return b.State == protocol.BlockQuarantined, err
+	}, "acme")
+	q := byID(w.Blocks(ctx, "acme"))[badID]
+	return w, badID, repaired, planning.GroupKey{Stream: q.Stream, Level: 1, RangeStart: day().UnixMilli()}
+}
+
+// damagedInAWaitingRange makes the world of quarantinedInAWaitingRange
+// and uploads its blocks, without settling. hook, when set, is made once
+// the world and the blocks are, and sees every protocol step from the
+// uploads on.
+func damagedInAWaitingRange(t *testing.T, seed int64, hook func(w *testworld.World, badID, repaired string) pipeline.Hook) (w *testworld.World, badID, repaired string) {
+	t.Helper()
+	var made atomic.Pointer[pipeline.Hook]
+	w = testworld.New(t, testworld.Options{
+		Configure: func(c *config.Config) {
+			c.Policy.CloseDelay = time.Hour
+			c.MaxJobAttempts = 3
+		},
+		Pipeline: localrun.Options{Hook: func(ctx context.Context, step pipeline.Step, subject string) error {
+			if h := made.Load(); h != nil {
+				return (*h)(ctx, step, subject)
+			}
+			return nil
+		}},
+	})
 	ctx := context.Background()
 	blocks := w.Generate(blockgen.Options{Tenant: "acme", Start: day(), Blocks: 6, Series: 40, Seed: seed, ThanosFiles: true})
 	bad := blocks[2]
@@ -222,13 +248,99 @@ func quarantinedInAWaitingRange(t *testing.T, seed int64) (w *testworld.World, b
 	if err := testworld.CopyDir(bad.Dir, repaired); err != nil {
 		t.Fatal(err)
 	}
+	if hook != nil {
+		h := hook(w, badID, repaired)
+		made.Store(&h)
+	}
 	uploadOneDamaged(ctx, t, w, "acme", blocks, bad)
-	settleUntil(t, w, func(ctx context.Context) (bool, error) {
-		b, _, err := w.Store.GetBlock(ctx, "acme", badID)
-		return b.State == protocol.BlockQuarantined, err
-	}, "acme")
-	q := byID(w.Blocks(ctx, "acme"))[badID]
-	return w, badID, repaired, planning.GroupKey{Stream: q.Stream, Level: 1, RangeStart: day().UnixMilli()}
+	return w, badID, repaired
+}
+
+// TestNoCompactMarkOfALeftQuarantine (chaos seed 17, CI on 56ed430): the
+// quarantine's NO_COMPACT op has written the block's no-compact mark, and
+// before it records it, the operator repairs the block and `sluice retry`
+// releases it. The release reads a record that names no mark, so it sends
+// no removal. The op's record write then loses (the block moved on), or
+// the op dies there and its redelivery no longer acts on the block. Either
+// way the op deletes the mark it wrote: it used to stop, and the mark,
+// named by no record, outlived the block's DELETE (I4). The mark's own
+// notification may reach the planner first, the block LIVE: Sluice's own
+// mark is not another tool's, and is not noted as one (noted, it would
+// keep the repaired block from compaction for good).
+func TestNoCompactMarkOfALeftQuarantine(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		crash, event bool
+	}{
+		{"the op's record write loses", false, false},
+		{"the op dies and its redelivery no longer acts", true, false},
+		{"the mark's notification comes after the release", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var fired, noted atomic.Bool
+			w, badID, _ := damagedInAWaitingRange(t, 26, func(w *testworld.World, badID, repaired string) pipeline.Hook {
+				markKey := objectKey(t, w, "acme", badID, blockkey.NoCompactMarkFile)
+				return func(ctx context.Context, step pipeline.Step, subject string) error {
+					if step != "uploader.no-compact-written" || !fired.CompareAndSwap(false, true) {
+						return nil
+					}
+					if err := testworld.UploadFiles(ctx, w.Env.Clients.S3, w.Config.Bucket, w.Config.Layout, "acme", repaired); err != nil {
+						return err
+					}
+					w.Repaired("acme", repaired)
+					body, err := messages.Encode(messages.RetryRequest{Tenant: "acme", Block: badID, Nonce: "t"})
+					if err != nil {
+						return err
+					}
+					retry := events.SQSEvent{Records: []events.SQSMessage{{MessageId: "retry", Body: body, EventSource: "aws:sqs"}}}
+					if resp, err := (pipeline.Planner{Deps: w.Pipeline.Deps}).Handle(ctx, retry); err != nil || len(resp.BatchItemFailures) > 0 {
+						return fmt.Errorf("the retry: %v, failures %v", err, resp.BatchItemFailures)
+					}
+					if tc.event {
+						head, err := w.Env.Clients.S3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(w.Config.Bucket), Key: aws.String(markKey)})
+						if err != nil {
+							return err
+						}
+						ev := events.SQSEvent{Records: []events.SQSMessage{{MessageId: "mark-event",
+							Body: testworld.ObjectCreatedBody(w.Config.Bucket, markKey, aws.ToString(head.VersionId), true, time.Now())}}}
+						if resp, err := (pipeline.Planner{Deps: w.Pipeline.Deps}).Handle(ctx, ev); err != nil || len(resp.BatchItemFailures) > 0 {
+							return fmt.Errorf("the mark's event: %v, failures %v", err, resp.BatchItemFailures)
+						}
+						b, _, err := w.Store.GetBlock(ctx, "acme", badID)
+						if err != nil {
+							return err
+						}
+						noted.Store(b.NoCompact)
+					}
+					if tc.crash {
+						return testworld.ErrCrash
+					}
+					return nil
+				}
+			})
+			ctx := context.Background()
+			settleUntil(t, w, func(ctx context.Context) (bool, error) {
+				b, _, err := w.Store.GetBlock(ctx, "acme", badID)
+				return noted.Load() || (fired.Load() && (b.State == protocol.BlockRetiring || b.State == protocol.BlockDeleted)), err
+			}, "acme")
+			if noted.Load() {
+				t.Fatal("the planner took Sluice's own no-compact mark of the released block for another tool's")
+			}
+			markKey := objectKey(t, w, "acme", badID, blockkey.NoCompactMarkFile)
+			out, err := w.Env.Clients.S3.ListObjectVersions(ctx, &s3.ListObjectVersionsInput{Bucket: aws.String(w.Config.Bucket), Prefix: aws.String(markKey)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(out.Versions) > 0 {
+				t.Errorf("the released block's no-compact mark is still in the bucket (version %s)", aws.ToString(out.Versions[0].VersionId))
+			}
+			settle(t, w, "acme")
+			if err := w.CheckQuiescent(ctx, "acme"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 }
 
 // TestRetryRedeliveredAfterItsBlockMovedOn (chaos seed 1490): the retry
