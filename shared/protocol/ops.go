@@ -21,6 +21,10 @@ import (
 // QUARANTINED block, and in neither state does any quarantine want one: a
 // later quarantine leaves QUARANTINED only by a release, whose own removal
 // the older op merely does first. It never acts on a QUARANTINED block.
+//
+// A NO_COMPACT op that does not act still deletes the mark of Sluice's an
+// earlier delivery of it may have written before the block moved on, if
+// the record does not name it: judged per version, as DELETE_STRAY is.
 func OpActs(op messages.OpKind, opGen int64, state BlockState, gen int64) (acts, judged bool) {
 	var in []BlockState
 	switch op {
