@@ -182,10 +182,11 @@ func deleteBlock(ctx context.Context, t *testing.T, w *testworld.World, up pipel
 	}
 }
 
-// markVersions lists the versions of block id's deletion mark.
-func markVersions(t *testing.T, w *testworld.World, id string) []string {
+// markVersions lists the versions of mark file (a deletion or no-compact
+// mark) of block id of tenant acme.
+func markVersions(t *testing.T, w *testworld.World, id, file string) []string {
 	t.Helper()
-	key := objectKey(t, w, "acme", id, blockkey.DeletionMarkFile)
+	key := objectKey(t, w, "acme", id, file)
 	var out []string
 	for _, v := range listVersions(t, w, "acme", id) {
 		if v.RelPath == key {
@@ -274,7 +275,7 @@ func TestDeletionMarkInTheMarksRecordGap(t *testing.T) {
 			if strays := runOps(ctx, t, up, sent); strays != 1 {
 				t.Errorf("the planner sent %d DELETE_STRAY ops for the mark; want 1", strays)
 			}
-			if marks := markVersions(t, w, id); len(marks) != 1 || marks[0] != b.MarkVersionID {
+			if marks := markVersions(t, w, id, blockkey.DeletionMarkFile); len(marks) != 1 || marks[0] != b.MarkVersionID {
 				t.Fatalf("before the DELETE the deletion mark's versions are %v; want only the recorded %s", marks, b.MarkVersionID)
 			}
 			deleteBlock(ctx, t, w, up, b)
@@ -348,7 +349,7 @@ func TestDuplicateMarkDoesNotReplaceTheRecordedMark(t *testing.T) {
 	if b.MarkVersionID != ours {
 		t.Fatalf("the record names mark %q, want Sluice's %q (the other tool's, deleted, is %q)", b.MarkVersionID, ours, foreign)
 	}
-	if marks := markVersions(t, w, id); len(marks) != 1 || marks[0] != ours {
+	if marks := markVersions(t, w, id, blockkey.DeletionMarkFile); len(marks) != 1 || marks[0] != ours {
 		t.Fatalf("the deletion mark's versions are %v; want only Sluice's %s", marks, ours)
 	}
 	deleteBlock(ctx, t, w, plain, b)

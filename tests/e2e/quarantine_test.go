@@ -176,10 +176,9 @@ func TestRetriedSourceIsNotBlamedAgain(t *testing.T) {
 			head.State, head.Failures, head.QuarantinedSource, badID)
 	}
 
-	if err := testworld.UploadFiles(ctx, w.Env.Clients.S3, w.Config.Bucket, w.Config.Layout, "acme", repaired); err != nil {
+	if err := repair(ctx, w, repaired); err != nil {
 		t.Fatal(err)
 	}
-	w.Repaired("acme", repaired)
 	if _, err := cli.Retry(ctx, w.Store, w.Pipeline.Deps.Send, messages.RetryRequest{Tenant: "acme", Block: badID, Nonce: "t"}); err != nil {
 		t.Fatal(err)
 	}
@@ -285,15 +284,13 @@ func TestNoCompactMarkOfALeftQuarantine(t *testing.T) {
 					if step != "uploader.no-compact-written" || !fired.CompareAndSwap(false, true) {
 						return nil
 					}
-					if err := testworld.UploadFiles(ctx, w.Env.Clients.S3, w.Config.Bucket, w.Config.Layout, "acme", repaired); err != nil {
+					if err := repair(ctx, w, repaired); err != nil {
 						return err
 					}
-					w.Repaired("acme", repaired)
-					body, err := messages.Encode(messages.RetryRequest{Tenant: "acme", Block: badID, Nonce: "t"})
+					retry, err := retryEvent(badID)
 					if err != nil {
 						return err
 					}
-					retry := events.SQSEvent{Records: []events.SQSMessage{{MessageId: "retry", Body: body, EventSource: "aws:sqs"}}}
 					if resp, err := (pipeline.Planner{Deps: w.Pipeline.Deps}).Handle(ctx, retry); err != nil || len(resp.BatchItemFailures) > 0 {
 						return fmt.Errorf("the retry: %v, failures %v", err, resp.BatchItemFailures)
 					}
@@ -327,13 +324,8 @@ func TestNoCompactMarkOfALeftQuarantine(t *testing.T) {
 			if noted.Load() {
 				t.Fatal("the planner took Sluice's own no-compact mark of the released block for another tool's")
 			}
-			markKey := objectKey(t, w, "acme", badID, blockkey.NoCompactMarkFile)
-			out, err := w.Env.Clients.S3.ListObjectVersions(ctx, &s3.ListObjectVersionsInput{Bucket: aws.String(w.Config.Bucket), Prefix: aws.String(markKey)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(out.Versions) > 0 {
-				t.Errorf("the released block's no-compact mark is still in the bucket (version %s)", aws.ToString(out.Versions[0].VersionId))
+			if marks := markVersions(t, w, badID, blockkey.NoCompactMarkFile); len(marks) > 0 {
+				t.Errorf("the released block's no-compact mark is still in the bucket (versions %v)", marks)
 			}
 			settle(t, w, "acme")
 			if err := w.CheckQuiescent(ctx, "acme"); err != nil {
@@ -354,15 +346,13 @@ func TestRetryRedeliveredAfterItsBlockMovedOn(t *testing.T) {
 	t.Parallel()
 	w, badID, repaired, g := quarantinedInAWaitingRange(t, 24)
 	ctx := context.Background()
-	if err := testworld.UploadFiles(ctx, w.Env.Clients.S3, w.Config.Bucket, w.Config.Layout, "acme", repaired); err != nil {
+	if err := repair(ctx, w, repaired); err != nil {
 		t.Fatal(err)
 	}
-	w.Repaired("acme", repaired)
-	body, err := messages.Encode(messages.RetryRequest{Tenant: "acme", Block: badID, Nonce: "t"})
+	retry, err := retryEvent(badID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	retry := events.SQSEvent{Records: []events.SQSMessage{{MessageId: "retry", Body: body, EventSource: "aws:sqs"}}}
 	dying := *w.Pipeline.Deps
 	dying.Hook = func(_ context.Context, step pipeline.Step, _ string) error {
 		if step == "planner.after-release" {
@@ -646,6 +636,27 @@ func readKey(t *testing.T, w *testworld.World, key string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// repair uploads the sound files of a damaged block of tenant acme
+// (dir) under its ULID, as an operator does before `sluice retry`, and
+// tells the world its samples are to be kept.
+func repair(ctx context.Context, w *testworld.World, dir string) error {
+	if err := testworld.UploadFiles(ctx, w.Env.Clients.S3, w.Config.Bucket, w.Config.Layout, "acme", dir); err != nil {
+		return err
+	}
+	w.Repaired("acme", dir)
+	return nil
+}
+
+// retryEvent is the planner's SQS message of `sluice retry` for block
+// id of tenant acme.
+func retryEvent(id string) (events.SQSEvent, error) {
+	body, err := messages.Encode(messages.RetryRequest{Tenant: "acme", Block: id, Nonce: "t"})
+	if err != nil {
+		return events.SQSEvent{}, err
+	}
+	return events.SQSEvent{Records: []events.SQSMessage{{MessageId: "retry", Body: body, EventSource: "aws:sqs"}}}, nil
 }
 
 // uploadOneDamaged damages bad's index in the middle (its table of
