@@ -34,7 +34,7 @@ func (c Cleaner) records() cleanerRecords { return c.Store }
 // agenda (with the version work's own).
 type cleanerRecords interface {
 	versionRecords
-	Activate(ctx context.Context, b records.Block, now time.Time) (int64, error)
+	Activate(ctx context.Context, b records.Block, empty []int, now time.Time) (int64, error)
 	Complete(ctx context.Context, g records.Group, now time.Time) error
 	DoneAgendaAll(ctx context.Context, entries []records.AgendaEntry) error
 	DueAll(ctx context.Context, now time.Time) ([]records.AgendaEntry, error)
@@ -211,7 +211,7 @@ func (c Cleaner) finishComplete(ctx context.Context, head records.Group, parts [
 	if err != nil {
 		return err
 	}
-	published, err := c.publishOutputs(ctx, outs, now, log)
+	published, err := c.publishOutputs(ctx, outs, emptyPartitions(head, parts, srcs), now, log)
 	if err != nil {
 		return err
 	}
@@ -236,10 +236,58 @@ func (c Cleaner) finishComplete(ctx context.Context, head records.Group, parts [
 	return c.finishRetired(ctx, head, parts)
 }
 
-// publishOutputs activates a completed version's PENDING outputs and
-// sends their PUBLISH ops (again for those LIVE but not yet published),
-// and counts those published already.
-func (c Cleaner) publishOutputs(ctx context.Context, outs []records.Block, now time.Time, log *slog.Logger) (published int, err error) {
+// emptyPartitions are the partitions of its outputs' count that the
+// completed version head over srcs leaves with no block because they hold
+// no series (Block.EmptyPartitions): its partitions committed empty and,
+// for a downsample, those its members record (a block of the target
+// resolution names the same sources as its member). A compaction's own
+// partitions hold every series of their residue its sources had, so its
+// sources' empty partitions need not be carried.
+func emptyPartitions(head records.Group, parts []records.Partition, srcs []records.Block) []int {
+	var out []int
+	add := func(p int) {
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	if !head.Key.IsDownsample() {
+		if head.Partitions > 1 {
+			for _, p := range parts {
+				if p.Empty {
+					add(p.Index)
+				}
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	for _, p := range parts {
+		job, err := downsampleJobOf(head, srcs, p.Index)
+		if err != nil {
+			return nil // no job ran either: the version cannot have completed
+		}
+		if p.Empty {
+			if count, id := job.output(); count > 1 {
+				add(id)
+			}
+		}
+		if n := job.src.PartitionCount; n > 1 {
+			for _, e := range job.src.EmptyPartitions {
+				for j := range job.m {
+					add(e + n*j)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// publishOutputs activates a completed version's PENDING outputs,
+// recording the partitions that version leaves empty, and sends their
+// PUBLISH ops (again for those LIVE but not yet published), and counts
+// those published already.
+func (c Cleaner) publishOutputs(ctx context.Context, outs []records.Block, empty []int, now time.Time, log *slog.Logger) (published int, err error) {
 	var ops []messages.BlockOp
 	for _, b := range outs {
 		switch {
@@ -247,7 +295,7 @@ func (c Cleaner) publishOutputs(ctx context.Context, outs []records.Block, now t
 			if err := c.step(ctx, "cleaner.before-activate", b.Key()); err != nil {
 				return 0, err
 			}
-			gen, err := c.records().Activate(ctx, b, now)
+			gen, err := c.records().Activate(ctx, b, empty, now)
 			if err != nil {
 				if records.IsConditionLost(err) {
 					log.InfoContext(ctx, "output activation lost; re-driven later", "block", b.ID, "lost", err)
@@ -276,8 +324,9 @@ func (c Cleaner) retireSources(ctx context.Context, head records.Group, srcs []r
 	)
 	for _, b := range srcs {
 		switch {
-		case head.Key.IsDownsample() && b.ID == head.Key.Block:
-			// Downsampling keeps its block.
+		case head.Key.IsDownsample() && b.Stream == head.Key.Stream:
+			// Downsampling keeps its block and the sibling partitions
+			// downsampled with it.
 			if b.State == protocol.BlockClaimed && b.ClaimedBy == head.Ref() {
 				if err := c.keepSource(ctx, head, b, now); err != nil {
 					return err

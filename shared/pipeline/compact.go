@@ -270,19 +270,20 @@ func (c Compact) fits(ctx context.Context, head records.Group, p int, srcs []rec
 		cands[i] = candidate(b)
 	}
 	if head.Key.IsDownsample() {
-		// The job reads its block, not the blocks it replaces.
-		i := slices.IndexFunc(srcs, func(b records.Block) bool { return b.ID == head.Key.Block })
-		if i < 0 {
-			return records.Failure{Kind: records.FailureTooBig, Message: "block " + head.Key.Block + " is not among the version's sources"}, false
+		// The job reads its member, not the blocks it replaces.
+		job, err := downsampleJobOf(head, srcs, p)
+		if err != nil {
+			return records.Failure{Kind: records.FailureTooBig, Message: err.Error()}, false
 		}
-		ok, why := pol.Fits(pol.EstimateDownsample(cands[i], head.Partitions))
+		c := candidate(job.src)
+		ok, why := pol.Fits(pol.EstimateDownsample(c, job.m))
 		if ok {
 			return records.Failure{}, true
 		}
-		if m, more, _ := pol.SizeDownsample(cands[i]); more && m > head.Partitions {
-			return records.Failure{Kind: records.FailureDoesNotFit, Message: "the downsample of " + head.Key.Block + ": " + why + fmt.Sprintf("; %d partitions would fit", m)}, false
+		if m, more, _ := pol.SizeDownsample(c); more && m > job.m {
+			return records.Failure{Kind: records.FailureDoesNotFit, Message: "the downsample of " + job.src.ID + ": " + why + fmt.Sprintf("; %d partitions would fit", m)}, false
 		}
-		return records.Failure{Kind: records.FailureTooBig, Message: "the downsample of " + head.Key.Block + ": " + why}, false
+		return records.Failure{Kind: records.FailureTooBig, Message: "the downsample of " + job.src.ID + ": " + why}, false
 	}
 	if head.Key.IsSplit() && len(cands) == 1 {
 		// One job reads the block once and writes every partition: more

@@ -1,11 +1,12 @@
 package pipeline
 
 // Downsampling through the same fenced protocol as compaction: a version
-// over one block (and the downsampled blocks its output replaces), one job
-// that writes Thanos' aggregate chunks into the block's stream at the
-// coarser resolution, and a completion that keeps the block — raw data
-// stays until its own retention — and records that its downsample is
-// published, the one thing that lets retention delete it.
+// over one block (with the sibling partitions it must be downsampled with,
+// and the downsampled blocks its outputs replace), jobs that write Thanos'
+// aggregate chunks into the block's stream at the coarser resolution, and
+// a completion that keeps the block and its siblings — raw data stays
+// until its own retention — and records that their downsample is
+// published, the one thing that lets retention delete them.
 
 import (
 	"context"
@@ -13,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/prometheus/model/labels"
@@ -89,7 +91,7 @@ func (p Planner) downsampleBlocks(ctx context.Context, tenant string, g planning
 		b := byID[cands[i].ID]
 		addMeta(&cands[i], b)
 		cands[i].Stream, cands[i].Resolution = b.Stream, g.Resolution
-		if b.ID == src.ID {
+		if b.Stream == src.Stream {
 			cands[i].Resolution = sr.Resolution
 		}
 	}
@@ -123,24 +125,23 @@ func (p Planner) noteDownsampled(ctx context.Context, tenant string, g planning.
 // downsample runs one job of a downsample version: the index of its block
 // downloaded, its chunks streamed from S3, the downsampled block written
 // to scratch with its labels (without the replica labels) and uploaded.
-// A version of m > 1 partitions (planning.SizeDownsample) has job j keep
-// the block's series of partition j of m: its output is partition
-// j·n + p of m·n when the block is partition p of n (the block's series
-// hash to p mod n, so theirs to p + n·j mod m·n for one j), which is what
-// the planner's holding rules and Cortex's readers take it for. A
+// A version downsamples each of its members in m jobs
+// (planning.SizeDownsample); with m > 1, job j of a member keeps the
+// member's series of partition j of m: its output is partition j·n + p of
+// m·n when the member is partition p of n (downsampleJob.output), which
+// is what the planner's holding rules and Cortex's readers take it for. A
 // partition with no series gives an empty output.
 func (c Compact) downsample(ctx context.Context, head records.Group, parts []int, srcs []records.Block, log jobLog) ([]records.Committed, error) {
-	i := slices.IndexFunc(srcs, func(b records.Block) bool { return b.ID == head.Key.Block })
-	m := max(head.Partitions, 1)
-	if i < 0 || len(parts) != 1 || parts[0] < 0 || parts[0] >= m {
-		return nil, fmt.Errorf("version %s: block %s is not among its sources, or partitions %v are not one of %d", head.Ref(), head.Key.Block, parts, m)
+	if len(parts) != 1 {
+		return nil, fmt.Errorf("version %s: a downsample job runs one partition, not %v", head.Ref(), parts)
 	}
-	src, part := srcs[i], parts[0]
-	n, p := max(src.PartitionCount, 1), src.PartitionID
-	if src.PartitionCount <= 1 {
-		p = 0
+	part := parts[0]
+	job, err := downsampleJobOf(head, srcs, part)
+	if err != nil {
+		return nil, err
 	}
-	outCount, outID := n*m, p+n*part
+	src, m := job.src, job.m
+	outCount, outID := job.output()
 	var keep func(labels.Labels) bool
 	if m > 1 {
 		keep = func(lset labels.Labels) bool { return compaction.PartitionOf(lset, outCount) == outID }
@@ -245,6 +246,53 @@ func (c Compact) downsample(ctx context.Context, head records.Group, parts []int
 		"rawSamples", res.RawSamples, "samplesPerSecond", uint64(float64(res.RawSamples)/max(took.Seconds(), 1e-3)),
 		"readBytes", indexRead+uint64(streamed.Bytes), "writtenBytes", written, "took", took.String())
 	return []records.Committed{{Partition: part, Output: out}}, nil
+}
+
+// downsampleJob is what one job of a downsample version does: keep the
+// series of partition j of m of block src, one of the version's members
+// (the raw blocks of the group's stream among its sources: its block, and
+// the sibling partitions downsampled with it, planning.downsampleSet).
+// The version's partitions are m for each member, members in ID order.
+type downsampleJob struct {
+	src  records.Block
+	j, m int
+}
+
+// downsampleMembers are the raw blocks a downsample version downsamples,
+// in ID order: its sources of the group's own stream (the others are
+// blocks of the target resolution it replaces).
+func downsampleMembers(head records.Group, srcs []records.Block) []records.Block {
+	var out []records.Block
+	for _, b := range srcs {
+		if b.Stream == head.Key.Stream {
+			out = append(out, b)
+		}
+	}
+	slices.SortFunc(out, func(a, b records.Block) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// downsampleJobOf is job part of version head over srcs.
+func downsampleJobOf(head records.Group, srcs []records.Block, part int) (downsampleJob, error) {
+	members := downsampleMembers(head, srcs)
+	if !slices.ContainsFunc(members, func(b records.Block) bool { return b.ID == head.Key.Block }) ||
+		head.Partitions%len(members) != 0 || part < 0 || part >= head.Partitions {
+		return downsampleJob{}, fmt.Errorf("version %s: block %s is not among its %d members, or partition %d is not one of %d jobs, %d per member",
+			head.Ref(), head.Key.Block, len(members), part, head.Partitions, head.Partitions/max(len(members), 1))
+	}
+	m := head.Partitions / len(members)
+	return downsampleJob{src: members[part/m], j: part % m, m: m}, nil
+}
+
+// output is the job's output partition: j·n + p of m·n when its block is
+// partition p of n (its series hash to p mod n, so those of partition j
+// of m to p + n·j mod m·n), j of m when the block is not partitioned.
+func (d downsampleJob) output() (count, id int) {
+	n, p := max(d.src.PartitionCount, 1), d.src.PartitionID
+	if d.src.PartitionCount <= 1 {
+		p = 0
+	}
+	return n * d.m, p + n*d.j
 }
 
 // keepSource ends a downsample version's claim on its block once the

@@ -737,7 +737,11 @@ func (p Planner) planOnce(ctx context.Context, tenant string, g planning.GroupKe
 	if head.State == protocol.GroupSuperseded && head.LastErrorKind == records.FailureDoesNotFit {
 		// A job found its partition too big for its function (its limits
 		// may be tighter than this planner's): more partitions this time.
-		next.Partitions = min(max(next.Partitions, 2*head.Partitions), p.Config.Policy.Defaults().MaxPartitions)
+		members := 1
+		if g.IsDownsample() {
+			members = len(downsampleMembers(next, srcs))
+		}
+		next.Partitions = p.Config.Policy.MoreJobs(next.Partitions, head.Partitions, members)
 		log.WarnContext(ctx, "the last version's job did not fit; re-planning with more partitions", "partitions", next.Partitions, "was", head.Partitions, "why", head.LastError)
 	} else if head.State == protocol.GroupSuperseded && slices.Equal(head.Sources, next.Sources) && head.QuarantinedSource != "" {
 		// The version quarantined a source, which is a source again: an
@@ -893,7 +897,7 @@ func candidate(b records.Block) planning.Candidate {
 	c := planning.Candidate{
 		ID: b.ID, MinT: b.MinT, MaxT: b.MaxT, Level: b.Level, ProducedBy: b.ProducedBy,
 		Series: b.Series, IndexBytes: b.IndexBytes, Arrived: b.Arrived,
-		PartitionCount: b.PartitionCount, PartitionID: b.PartitionID,
+		PartitionCount: b.PartitionCount, PartitionID: b.PartitionID, EmptyPartitions: b.EmptyPartitions,
 	}
 	for _, f := range b.Files {
 		if strings.HasPrefix(f.RelPath, "chunks/") && f.Size > 0 {

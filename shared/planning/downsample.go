@@ -1,6 +1,8 @@
 package planning
 
 import (
+	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"time"
@@ -47,8 +49,8 @@ func DownsampleKey(st string, minT int64, id string, res int64) GroupKey {
 }
 
 // planDownsample decides the downsampling of block g.Block to
-// g.Resolution. blocks are the block itself and the blocks of the target
-// resolution's stream around it.
+// g.Resolution. blocks are the block itself, the blocks of its own stream
+// around it and the blocks of the target resolution's stream around it.
 //
 // As Thanos decides: the block is downsampled unless blocks of the target
 // resolution already hold every one of its compaction sources. The
@@ -57,7 +59,9 @@ func DownsampleKey(st string, minT int64, id string, res int64) GroupKey {
 // each of which must hold only sources of this block (an earlier
 // downsample of a block this one has since absorbed, a late block merged
 // in): the version retires them when its output is published, so the
-// target stream never holds two blocks of the same data.
+// target stream never holds two blocks of the same data. A block it
+// replaces may be coarser than the block's partition (downsampleSet):
+// the version then downsamples the block's sibling partitions with it.
 func (p Policy) planDownsample(g GroupKey, blocks []Candidate, now time.Time) Decision {
 	i := slices.IndexFunc(blocks, func(b Candidate) bool { return b.ID == g.Block })
 	if i < 0 {
@@ -83,31 +87,18 @@ func (p Policy) planDownsample(g GroupKey, blocks []Candidate, now time.Time) De
 	// its series include src's (within), and is replaced by src's
 	// downsample only if src's include its own.
 	held := map[string]bool{}
-	var holders, overlapping, unmerged []Candidate
+	var holders []Candidate
 	for _, b := range blocks {
-		if b.Stream == src.Stream {
-			// A block of src's own stream over the same time and series
-			// (a replica, a late block) is merged with it by its range's
-			// compaction: downsampling both would write two blocks of the
-			// same windows, which the target stream cannot compact.
-			if b.ID != src.ID && (b.Plannable || b.Busy) && b.MinT < src.MaxT && src.MinT < b.MaxT &&
-				Holds(b.PartitionCount, b.PartitionID, src.PartitionID, max(src.PartitionCount, 1)) {
-				unmerged = append(unmerged, b)
-			}
+		if b.Stream == src.Stream || !within(src.PartitionCount, src.PartitionID, b.PartitionCount, b.PartitionID) {
 			continue
 		}
-		if within(src.PartitionCount, src.PartitionID, b.PartitionCount, b.PartitionID) {
-			shares := false
-			for _, s := range b.Sources {
-				held[s] = true
-				shares = shares || slices.Contains(own, s)
-			}
-			if shares {
-				holders = append(holders, b)
-			}
+		shares := false
+		for _, s := range b.Sources {
+			held[s] = true
+			shares = shares || slices.Contains(own, s)
 		}
-		if b.MinT < src.MaxT && src.MinT < b.MaxT && Holds(b.PartitionCount, b.PartitionID, src.PartitionID, src.PartitionCount) {
-			overlapping = append(overlapping, b)
+		if shares {
+			holders = append(holders, b)
 		}
 	}
 	if !slices.ContainsFunc(own, func(s string) bool { return !held[s] }) {
@@ -122,31 +113,145 @@ func (p Policy) planDownsample(g GroupKey, blocks []Candidate, now time.Time) De
 		}
 		return d
 	}
-	if len(unmerged) > 0 {
+	if u, ok := unmerged(src, blocks); ok {
 		// Asked again when the compaction that merges them retires src
 		// (its output is downsampled instead), or at the recheck.
-		return Decision{Wait: "block " + src.ID + " overlaps block " + unmerged[0].ID + " of its own stream, which its range's compaction merges it with first", ClosesAt: recheck}
+		return Decision{Wait: "block " + src.ID + " overlaps block " + u.ID + " of its own stream, which its range's compaction merges it with first", ClosesAt: recheck}
 	}
-	m, fits, why := p.SizeDownsample(src)
-	if !fits {
-		return Decision{Wait: "the downsample of block " + src.ID + " does not fit its jobs: " + why}
+	members, replaced, wait := downsampleSet(src, own, blocks, recheck)
+	if wait.Wait != "" {
+		return wait
 	}
-	srcs := []Candidate{src}
-	for _, b := range overlapping {
-		if slices.ContainsFunc(b.Sources, func(s string) bool { return !slices.Contains(own, s) }) ||
-			!within(b.PartitionCount, b.PartitionID, src.PartitionCount, src.PartitionID) {
-			// Downsampling would write a second block of some of b's
-			// series and range; b goes when a compaction of the raw
-			// range replaces src.
-			return Decision{Wait: "block " + src.ID + " overlaps downsampled block " + b.ID + ", which holds data it does not"}
+	for _, mb := range members[1:] {
+		if u, ok := unmerged(mb, blocks); ok {
+			return Decision{Wait: "block " + mb.ID + " overlaps block " + u.ID + " of its own stream, which its range's compaction merges it with first", ClosesAt: recheck}
 		}
-		if b.Busy || !b.Plannable {
-			return Decision{Wait: "downsampled block " + b.ID + " it replaces is busy", ClosesAt: recheck}
-		}
-		srcs = append(srcs, b)
 	}
+	m := 1
+	for _, mb := range members {
+		k, fits, why := p.SizeDownsample(mb)
+		if !fits {
+			return Decision{Wait: "the downsample of block " + mb.ID + " does not fit its jobs: " + why}
+		}
+		m = max(m, k)
+	}
+	if jobs := m * len(members); jobs > p.MaxPartitions {
+		return Decision{Wait: fmt.Sprintf("the downsample of block %s and its %d sibling partitions takes %d jobs, more than a version's %d",
+			src.ID, len(members)-1, jobs, p.MaxPartitions)}
+	}
+	srcs := append(members, replaced...)
 	sort.Slice(srcs, func(i, j int) bool { return srcs[i].ID < srcs[j].ID })
-	return Decision{Sources: srcs, Partitions: m}
+	return Decision{Sources: srcs, Partitions: m * len(members)}
+}
+
+// downsampleSet finds what the downsample of block src replaces and what
+// it must downsample with src to do so. The blocks of the target
+// resolution that overlap src's time and series are replaced; each must
+// hold only data of src's sources. One coarser than src's partition (the
+// downsample of an earlier block of the same sources in fewer partitions)
+// also holds series of src's sibling partitions (the other partitions of
+// the version that made src): those siblings are downsampled in the same
+// version, so that its outputs hold everything the blocks it retires
+// held, and their own overlaps are replaced too. A sibling partition the
+// version recorded as empty holds nothing and needs no block (chaos seed
+// 1526: without this, the partition's downsample waited on the coarser
+// block for ever, and the coarser stream's range on the downsample).
+//
+// members are src and the siblings, src first; when something must
+// change first, wait says what.
+func downsampleSet(src Candidate, own []string, blocks []Candidate, recheck int64) (members, replaced []Candidate, wait Decision) {
+	n, pid := max(src.PartitionCount, 1), src.PartitionID
+	if n == 1 {
+		pid = 0
+	}
+	siblings := map[int]Candidate{}
+	for _, b := range blocks {
+		if n > 1 && b.Stream == src.Stream && b.ID != src.ID && b.PartitionCount == n && b.MinT == src.MinT && b.MaxT == src.MaxT &&
+			sameSet(b.Sources, src.Sources) {
+			siblings[b.PartitionID] = b
+		}
+	}
+	need := map[int]bool{pid: true}
+	seen := map[string]bool{}
+	for grown := true; grown; {
+		grown = false
+		for _, b := range blocks {
+			if b.Stream == src.Stream || seen[b.ID] || b.MinT >= src.MaxT || src.MinT >= b.MaxT || !holdsAny(b, need, n) {
+				continue
+			}
+			seen[b.ID] = true
+			if slices.ContainsFunc(b.Sources, func(s string) bool { return !slices.Contains(own, s) }) {
+				// Downsampling would write a second block of some of b's
+				// series and range; b goes when a compaction of the raw
+				// range replaces src.
+				return nil, nil, Decision{Wait: "block " + src.ID + " overlaps downsampled block " + b.ID + ", which holds data it does not"}
+			}
+			if b.Busy || !b.Plannable {
+				return nil, nil, Decision{Wait: "downsampled block " + b.ID + " it replaces is busy", ClosesAt: recheck}
+			}
+			replaced = append(replaced, b)
+			for r := range n {
+				if !need[r] && Holds(b.PartitionCount, b.PartitionID, r, n) {
+					need[r], grown = true, true
+				}
+			}
+		}
+	}
+	members = []Candidate{src}
+	for _, r := range slices.Sorted(maps.Keys(need)) {
+		if r == pid {
+			continue
+		}
+		sib, ok := siblings[r]
+		switch {
+		case !ok && slices.Contains(src.EmptyPartitions, r):
+			continue
+		case !ok:
+			return nil, nil, Decision{Wait: fmt.Sprintf("block %s's downsample replaces blocks holding series of its sibling partition %d of %d, which has no block", src.ID, r, n),
+				ClosesAt: recheck}
+		case sib.Busy:
+			return nil, nil, Decision{Wait: "sibling partition " + sib.ID + " is busy with another group", ClosesAt: recheck}
+		case !sib.Plannable:
+			return nil, nil, Decision{Wait: "sibling partition " + sib.ID + " is not live, published and unclaimed"}
+		}
+		members = append(members, sib)
+	}
+	return members, replaced, Decision{}
+}
+
+// holdsAny reports whether b can hold series of any of the residues of n.
+func holdsAny(b Candidate, residues map[int]bool, n int) bool {
+	for r := range residues {
+		if Holds(b.PartitionCount, b.PartitionID, r, n) {
+			return true
+		}
+	}
+	return false
+}
+
+// unmerged finds a block of mb's own stream over the same time and series
+// (a replica, a late block), which its range's compaction merges with it:
+// downsampling both would write two blocks of the same windows, which the
+// target stream cannot compact.
+func unmerged(mb Candidate, blocks []Candidate) (Candidate, bool) {
+	for _, b := range blocks {
+		if b.Stream == mb.Stream && b.ID != mb.ID && (b.Plannable || b.Busy) && b.MinT < mb.MaxT && mb.MinT < b.MaxT &&
+			Holds(b.PartitionCount, b.PartitionID, mb.PartitionID, max(mb.PartitionCount, 1)) {
+			return b, true
+		}
+	}
+	return Candidate{}, false
+}
+
+// sameSet reports whether a and b name the same sources.
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }
 
 // EstimateDownsample sizes one of the m jobs that downsample block c, each

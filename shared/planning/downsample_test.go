@@ -71,6 +71,10 @@ func TestPlanDownsample(t *testing.T) {
 	}
 	part := func(c Candidate, n, p int) Candidate { c.PartitionCount, c.PartitionID = n, p; return c }
 	g := DownsampleKey(raw, 0, src.ID, Resolution5m)
+	// sibling is partition p of n of the version that made src.
+	sibling := func(id string, n, p int) Candidate { return part(replica(id), n, p) }
+	empty := func(c Candidate, e ...int) Candidate { c.EmptyPartitions = e; return c }
+	const sib2, sib3 = "01HK3QGM00JS67MS0A0DFMSX3W", "01HK3QGM00JS67MS0A0DFMSX3X"
 	cases := []struct {
 		name    string
 		blocks  []Candidate
@@ -78,28 +82,50 @@ func TestPlanDownsample(t *testing.T) {
 		by      []string
 		wait    string
 		recheck bool
+		jobs    int // the version's partitions when it is planned (0: 1)
 	}{
-		{"nothing downsampled yet", []Candidate{src}, []string{src.ID}, nil, "", false},
-		{"already downsampled (Thanos did it)", []Candidate{src, down("D1", "S1", "S2"), down("D2", "S3")}, nil, []string{"D1", "D2"}, "already hold", false},
-		{"covered by a block being published", []Candidate{src, busy(down("D1", "S1", "S2", "S3"))}, nil, nil, "busy", true},
-		{"a late block joined: the old downsample is replaced", []Candidate{src, down("D1", "S1", "S2")}, []string{src.ID, "D1"}, nil, "", false},
-		{"overlapping downsample of other data", []Candidate{src, down("D1", "S1", "X")}, nil, nil, "holds data it does not", false},
-		{"the block it replaces is busy", []Candidate{src, busy(down("D1", "S1"))}, nil, nil, "busy", true},
-		{"source busy", []Candidate{busy(src)}, nil, nil, "busy with another group", true},
-		{"source too short", []Candidate{func() Candidate { c := src; c.MaxT = 24 * h; return c }()}, nil, nil, "not to be downsampled", false},
-		{"not registered", nil, nil, nil, "not registered", false},
+		{"nothing downsampled yet", []Candidate{src}, []string{src.ID}, nil, "", false, 0},
+		{"already downsampled (Thanos did it)", []Candidate{src, down("D1", "S1", "S2"), down("D2", "S3")}, nil, []string{"D1", "D2"}, "already hold", false, 0},
+		{"covered by a block being published", []Candidate{src, busy(down("D1", "S1", "S2", "S3"))}, nil, nil, "busy", true, 0},
+		{"a late block joined: the old downsample is replaced", []Candidate{src, down("D1", "S1", "S2")}, []string{src.ID, "D1"}, nil, "", false, 0},
+		{"overlapping downsample of other data", []Candidate{src, down("D1", "S1", "X")}, nil, nil, "holds data it does not", false, 0},
+		{"the block it replaces is busy", []Candidate{src, busy(down("D1", "S1"))}, nil, nil, "busy", true, 0},
+		{"source busy", []Candidate{busy(src)}, nil, nil, "busy with another group", true, 0},
+		{"source too short", []Candidate{func() Candidate { c := src; c.MaxT = 24 * h; return c }()}, nil, nil, "not to be downsampled", false, 0},
+		{"not registered", nil, nil, nil, "not registered", false, 0},
 		// Partitions share their block's sources, not its series.
-		{"a partition's downsample does not hold the block, which replaces it", []Candidate{src, part(down("D1", "S1", "S2", "S3"), 2, 0)}, []string{src.ID, "D1"}, nil, "", false},
-		{"a sibling partition's downsample is left alone", []Candidate{part(src, 2, 1), part(down("D1", "S1", "S2", "S3"), 2, 0)}, []string{src.ID}, nil, "", false},
-		{"the same partition's downsample holds it", []Candidate{part(src, 2, 1), part(down("D1", "S1", "S2", "S3"), 2, 1)}, nil, []string{"D1"}, "already hold", false},
-		{"a finer partition's earlier downsample is replaced", []Candidate{part(src, 2, 1), part(down("D1", "S1"), 4, 3)}, []string{src.ID, "D1"}, nil, "", false},
-		{"an unpartitioned downsample holds a partition", []Candidate{part(src, 4, 2), down("D1", "S1", "S2", "S3")}, nil, []string{"D1"}, "already hold", false},
+		{"a partition's downsample does not hold the block, which replaces it", []Candidate{src, part(down("D1", "S1", "S2", "S3"), 2, 0)}, []string{src.ID, "D1"}, nil, "", false, 0},
+		{"a sibling partition's downsample is left alone", []Candidate{part(src, 2, 1), part(down("D1", "S1", "S2", "S3"), 2, 0)}, []string{src.ID}, nil, "", false, 0},
+		{"the same partition's downsample holds it", []Candidate{part(src, 2, 1), part(down("D1", "S1", "S2", "S3"), 2, 1)}, nil, []string{"D1"}, "already hold", false, 0},
+		{"a finer partition's earlier downsample is replaced", []Candidate{part(src, 2, 1), part(down("D1", "S1"), 4, 3)}, []string{src.ID, "D1"}, nil, "", false, 0},
+		{"an unpartitioned downsample holds a partition", []Candidate{part(src, 4, 2), down("D1", "S1", "S2", "S3")}, nil, []string{"D1"}, "already hold", false, 0},
 		// A replica (or late block) in src's own stream is merged with it
 		// first; its sibling partitions and a block never to be compacted
 		// (no-compact: neither plannable nor busy) are not waited for.
-		{"a replica not merged yet", []Candidate{src, replica("R1")}, nil, nil, "of its own stream", true},
-		{"a sibling partition of its stream", []Candidate{part(src, 2, 1), part(replica("R1"), 2, 0)}, []string{src.ID}, nil, "", false},
-		{"a no-compact block of its stream", []Candidate{src, func() Candidate { c := replica("R1"); c.Plannable = false; return c }()}, []string{src.ID}, nil, "", false},
+		{"a replica not merged yet", []Candidate{src, replica("R1")}, nil, nil, "of its own stream", true, 0},
+		{"a sibling partition of its stream", []Candidate{part(src, 2, 1), part(replica("R1"), 2, 0)}, []string{src.ID}, nil, "", false, 0},
+		{"a no-compact block of its stream", []Candidate{src, func() Candidate { c := replica("R1"); c.Plannable = false; return c }()}, []string{src.ID}, nil, "", false, 0},
+		// A coarser downsample (of an earlier block of the same sources,
+		// in fewer partitions) also holds series of src's sibling
+		// partitions: they are downsampled with src, or need nothing when
+		// recorded empty (chaos seed 1526: src and its sibling each waited
+		// on the coarser block for ever).
+		{"a coarser downsample is replaced with the sibling it holds", []Candidate{part(src, 4, 0), sibling(sib2, 4, 2), sibling(sib3, 4, 1), part(down("D1", "S1", "S2"), 2, 0)},
+			[]string{src.ID, sib2, "D1"}, nil, "", false, 2},
+		{"a coarser downsample whose other partition is empty", []Candidate{empty(part(src, 4, 0), 2), part(down("D1", "S1", "S2"), 2, 0)},
+			[]string{src.ID, "D1"}, nil, "", false, 0},
+		{"a coarser downsample, the sibling without a block and not empty", []Candidate{part(src, 4, 0), part(down("D1", "S1", "S2"), 2, 0)},
+			nil, nil, "has no block", true, 0},
+		{"a coarser downsample, the sibling busy", []Candidate{part(src, 4, 0), busy(sibling(sib2, 4, 2)), part(down("D1", "S1", "S2"), 2, 0)},
+			nil, nil, "sibling partition " + sib2 + " is busy", true, 0},
+		{"a sibling of other sources is not one", []Candidate{part(src, 4, 0), func() Candidate { c := sibling(sib2, 4, 2); c.Sources = []string{"S1"}; return c }(),
+			part(down("D1", "S1", "S2"), 2, 0)}, nil, nil, "has no block", true, 0},
+		{"an unpartitioned downsample of some sources takes every sibling", []Candidate{part(src, 2, 0), sibling(sib2, 2, 1), down("D1", "S1")},
+			[]string{src.ID, sib2, "D1"}, nil, "", false, 2},
+		{"the sibling's own downsample is replaced too", []Candidate{part(src, 4, 0), sibling(sib2, 4, 2), part(down("D1", "S1"), 2, 0), part(down("D2", "S2"), 8, 6)},
+			[]string{src.ID, sib2, "D1", "D2"}, nil, "", false, 2},
+		{"a coarser downsample of other data still waits", []Candidate{part(src, 4, 0), sibling(sib2, 4, 2), part(down("D1", "S1", "X"), 2, 0)},
+			nil, nil, "holds data it does not", false, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -111,8 +137,8 @@ func TestPlanDownsample(t *testing.T) {
 			if !slices.Equal(ids, tc.sources) || !slices.Equal(d.DownsampledBy, tc.by) {
 				t.Fatalf("sources %v, downsampled by %v; want %v, %v (wait %q)", ids, d.DownsampledBy, tc.sources, tc.by, d.Wait)
 			}
-			if len(ids) > 0 && d.Partitions != 1 {
-				t.Errorf("partitions %d, want 1", d.Partitions)
+			if want := max(tc.jobs, 1); len(ids) > 0 && d.Partitions != want {
+				t.Errorf("partitions %d, want %d", d.Partitions, want)
 			}
 			if !strings.Contains(d.Wait, tc.wait) {
 				t.Errorf("wait %q, want it to say %q", d.Wait, tc.wait)

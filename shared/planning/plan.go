@@ -38,6 +38,11 @@ type Candidate struct {
 	Stream     string
 	Resolution int64
 	Sources    []string
+	// EmptyPartitions are partitions of PartitionCount holding none of
+	// the data of the block's sources, so no block (records.Block): a
+	// downsampled range counts them as held (partialSource), and a
+	// partition's downsample needs no block of them (planDownsample).
+	EmptyPartitions []int
 }
 
 // Decision is the outcome of planning one group.
@@ -142,10 +147,13 @@ func (p Policy) Plan(g GroupKey, blocks []Candidate, now time.Time) Decision {
 // partialSource reports a compaction source of the downsampled blocks bs
 // (resolution above 0) that they hold only some partitions of: a source
 // named by a block of partition q of c is held in the series whose hash
-// modulo c is q, and the blocks naming it must together hold every
-// residue. Blocks of raw data are not judged: a raw range may leave out a
-// partition that cannot be compacted (a no-compact mark) and still merge
-// the rest, and nothing reads a raw block's sources as a promise.
+// modulo c is q, and in the partitions of c the block records as empty
+// (no series of its sources hash there, so no block will ever bring
+// them: chaos seed 1526, a raw partition compacted empty), and the
+// blocks naming it must together hold every residue. Blocks of raw data
+// are not judged: a raw range may leave out a partition that cannot be
+// compacted (a no-compact mark) and still merge the rest, and nothing
+// reads a raw block's sources as a promise.
 func partialSource(bs []Candidate) (string, bool) {
 	k := 1
 	for _, b := range bs {
@@ -170,7 +178,7 @@ func partialSource(bs []Candidate) (string, bool) {
 				names = append(names, s)
 			}
 			for r := range k {
-				h[r] = h[r] || Holds(b.PartitionCount, b.PartitionID, r, k)
+				h[r] = h[r] || Holds(b.PartitionCount, b.PartitionID, r, k) || holdsEmpty(b, r, k)
 			}
 		}
 	}
@@ -181,6 +189,17 @@ func partialSource(bs []Candidate) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// holdsEmpty reports whether residue r of k lies in a partition b records
+// as empty. Only a partitioned b has empty partitions; one of c ≤ k
+// partitions of residue e holds residue r of k when r % c == e.
+func holdsEmpty(b Candidate, r, k int) bool {
+	c := b.PartitionCount
+	if c <= 1 || c > k || !powerOfTwo(c) {
+		return false
+	}
+	return slices.Contains(b.EmptyPartitions, r%c)
 }
 
 // planSplit decides the split of block g.Block: itself, in SplitCount
@@ -273,6 +292,24 @@ func covers(bs []Candidate, start, end, slot int64) bool {
 		}
 	}
 	return at >= end
+}
+
+// MoreJobs is the partition count of a version re-planned because a job
+// of the last one (of was partitions) did not fit where now were planned:
+// at least twice was, as a power of two per member (a downsample version
+// runs the same number of jobs for each block it downsamples), and at
+// most MaxPartitions in all.
+func (p Policy) MoreJobs(now, was, members int) int {
+	p = p.Defaults()
+	members = max(members, 1)
+	m := 1
+	for m*members < max(now, 2*was) {
+		m *= 2
+	}
+	for m > 1 && m*members > p.MaxPartitions {
+		m /= 2
+	}
+	return m * members
 }
 
 // PartitionCount is N as Size picks it.

@@ -166,6 +166,22 @@ func TestPlanWaitsForTheRestOfAPartitionedSource(t *testing.T) {
 			part("w", 0, 24, fiveM, 0, 0, "u2")}, 4, ""},
 		{"raw blocks are not judged", []Candidate{
 			part("a0", 0, 12, 0, 2, 0, "u1", "u2"), part("d1", 0, 24, 0, 2, 1, "u1", "u2", "u3", "u4")}, 2, ""},
+		// Chaos seed 1526: the 8h raw range's partition 2 of 4 held no
+		// series; the blocks of its other partitions record it empty.
+		{"a partition recorded empty is held", []Candidate{
+			func() Candidate {
+				b := part("d0", 0, 24, fiveM, 4, 0, "u1", "u2")
+				b.EmptyPartitions = []int{2}
+				return b
+			}(),
+			part("d1", 0, 24, fiveM, 4, 1, "u1", "u2"), part("d3", 0, 24, fiveM, 4, 3, "u1", "u2")}, 3, ""},
+		{"a partition missing and not recorded empty is waited for", []Candidate{
+			part("d0", 0, 24, fiveM, 4, 0, "u1", "u2"), part("d1", 0, 24, fiveM, 4, 1, "u1", "u2"), part("d3", 0, 24, fiveM, 4, 3, "u1", "u2")}, 0,
+			"the range's blocks hold only some partitions of source u1; the rest is still to be downsampled"},
+		{"an empty partition of a finer block holds only its residues", []Candidate{
+			func() Candidate { b := part("o0", 0, 24, fiveM, 8, 0, "u1"); b.EmptyPartitions = []int{4}; return b }(),
+			part("h1", 0, 24, fiveM, 2, 1, "u1"), part("o2", 0, 24, fiveM, 8, 2, "u1")}, 0,
+			"the range's blocks hold only some partitions of source u1; the rest is still to be downsampled"},
 		{"unpartitioned downsampled blocks merge", []Candidate{
 			part("a", 0, 12, fiveM, 0, 0, "u1", "u2"), part("b", 12, 24, fiveM, 0, 0, "u3", "u4")}, 2, ""},
 	}
@@ -302,5 +318,20 @@ func TestValidate(t *testing.T) {
 	thanos := Policy{Downsample: true, Ranges: []time.Duration{2 * time.Hour, 8 * time.Hour, 48 * time.Hour, 336 * time.Hour}}
 	if err := thanos.Validate(); err != nil {
 		t.Fatalf("Thanos' levels with downsampling rejected: %v", err)
+	}
+}
+
+// MoreJobs: a version re-planned after a job did not fit gets at least
+// twice the partitions, a power of two per member, within MaxPartitions.
+func TestMoreJobs(t *testing.T) {
+	p := Policy{MaxPartitions: 16}
+	cases := []struct{ now, was, members, want int }{
+		{1, 1, 1, 2}, {4, 1, 1, 4}, {2, 8, 1, 16}, {2, 16, 1, 16},
+		{2, 2, 2, 4}, {3, 3, 3, 6}, {3, 6, 3, 12}, {3, 12, 3, 12}, {5, 10, 5, 10},
+	}
+	for _, tc := range cases {
+		if got := p.MoreJobs(tc.now, tc.was, tc.members); got != tc.want {
+			t.Errorf("MoreJobs(%d, %d, %d) = %d, want %d", tc.now, tc.was, tc.members, got, tc.want)
+		}
 	}
 }

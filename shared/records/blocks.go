@@ -316,11 +316,21 @@ func (st *Store) ReleaseClaim(ctx context.Context, ref string, b Block, now time
 		"updatedAt = :now", "claimedBy", map[string]types.AttributeValue{":now": n(now.UnixMilli())})
 }
 
-// Activate makes an output of a completed version LIVE (PENDING → LIVE).
-// It returns the block's new gen, which the PUBLISH op carries.
-func (st *Store) Activate(ctx context.Context, b Block, now time.Time) (int64, error) {
-	return b.Gen + 1, st.writeBlock(ctx, "activate "+b.Key(), protocol.Activate, b, expect{by: b.ProducedBy}, now,
-		"updatedAt = :now", "", map[string]types.AttributeValue{":now": n(now.UnixMilli())})
+// Activate makes an output of a completed version LIVE (PENDING → LIVE),
+// recording the partitions of its count that hold none of its data
+// (Block.EmptyPartitions). It returns the block's new gen, which the
+// PUBLISH op carries.
+func (st *Store) Activate(ctx context.Context, b Block, empty []int, now time.Time) (int64, error) {
+	set, vals := "updatedAt = :now", map[string]types.AttributeValue{":now": n(now.UnixMilli())}
+	if len(empty) > 0 {
+		l := make([]types.AttributeValue, len(empty))
+		for i, e := range empty {
+			l[i] = n(int64(e))
+		}
+		set += ", emptyParts = :empty"
+		vals[":empty"] = &types.AttributeValueMemberL{Value: l}
+	}
+	return b.Gen + 1, st.writeBlock(ctx, "activate "+b.Key(), protocol.Activate, b, expect{by: b.ProducedBy}, now, set, "", vals)
 }
 
 // Discard retires an output of a superseded version (PENDING → DISCARDED)

@@ -85,9 +85,18 @@ type Block struct {
 	// PartitionCount/PartitionID come from the block's own partition_info
 	// (0 when unpartitioned); compaction skips sources that hold no series
 	// of its partition.
-	PartitionCount int    `dynamodbav:"pcount,omitempty"`
-	PartitionID    int    `dynamodbav:"pid,omitempty"`
-	Reason         string `dynamodbav:"reason,omitempty"`
+	PartitionCount int `dynamodbav:"pcount,omitempty"`
+	PartitionID    int `dynamodbav:"pid,omitempty"`
+	// EmptyPartitions are partitions of PartitionCount that hold none of
+	// the series of the block's data (its compaction sources) and have no
+	// block: the version that made the block found them empty, or made it
+	// from a block that had such partitions. The cleaner records them when
+	// it activates the block; planning counts them as held (a downsampled
+	// range is merged only when every partition of its sources is held,
+	// and a partition's downsample replaces a coarser one only when the
+	// partitions it does not hold are held).
+	EmptyPartitions []int  `dynamodbav:"emptyParts,omitempty"`
+	Reason          string `dynamodbav:"reason,omitempty"`
 	// RetireAt is when the sweep next looks at a RETIRING block (unix ms):
 	// until its mark is recorded, when a MARK still missing is sent again;
 	// once it is, when the block may be deleted (the mark's time plus the

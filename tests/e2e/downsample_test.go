@@ -411,3 +411,113 @@ func TestPartitionIsDownsampledInPartitions(t *testing.T) {
 		t.Fatal("the downsampled partitions were not held to the raw samples")
 	}
 }
+
+// A raw range compacted in more partitions than the range below it, whose
+// partitions were downsampled already: the finer partitions' downsamples
+// replace the coarser 5m blocks. Two 2h uploads of 12 series compact to a
+// 4h block in 2 partitions, each downsampled to 5m (partitions of 2).
+// Two 1h uploads of 20 series, an hour apart, compact to a 3h-long block
+// of the next 4h range (too short to downsample) in 4 partitions, and the
+// 8h range to 4 partitions. The downsample of the 8h block's partition p
+// of 4 overlaps the 5m partition p mod 2 of 2, which also holds series of
+// its sibling p + 2: the two are downsampled by one version, which
+// replaces the coarser block (chaos seed 1526: each partition's
+// downsample waited for the coarser block to go, for ever).
+func TestFinerPartitionsReplaceACoarserDownsample(t *testing.T) {
+	t.Parallel()
+	w := testworld.New(t, testworld.Options{Configure: func(c *config.Config) {
+		c.Policy.Ranges = []time.Duration{4 * time.Hour, 8 * time.Hour}
+		c.Policy.Downsample = true
+		c.Policy.DownsampleRawSpan = 4 * time.Hour
+		c.Policy.MaxSeriesPerPartition = 8
+		c.Policy.SeriesChurn = 0.01
+	}})
+	ctx := context.Background()
+	live := func(ctx context.Context, level int, down bool) []records.Block {
+		var out []records.Block
+		for _, b := range w.Blocks(ctx, "acme") {
+			m, err := blockmeta.Parse([]byte(b.Meta), b.Key())
+			if err != nil || m.Thanos == nil {
+				t.Fatalf("block %s: no thanos section in its meta.json (%v)", b.Key(), err)
+			}
+			if b.State == protocol.BlockLive && b.Published && b.Level == level && (m.Thanos.Downsample.Resolution > 0) == down {
+				out = append(out, b)
+			}
+		}
+		return out
+	}
+	downsampled := func(level int) func(context.Context) (bool, error) {
+		return func(ctx context.Context) (bool, error) {
+			raw := live(ctx, level, false)
+			return len(raw) > 1 && !slices.ContainsFunc(raw, func(b records.Block) bool { return b.Downsampled != planning.Resolution5m }), nil
+		}
+	}
+	for _, b := range w.Generate(blockgen.Options{Tenant: "acme", Start: day(), Blocks: 2, BlockRange: 2 * time.Hour, Series: 12, SamplesPerSeries: 120,
+		Seed: 1526, ThanosFiles: true}) {
+		w.Upload(ctx, "acme", b.Dir)
+	}
+	settleUntil(t, w, downsampled(1), "acme")
+	coarse := live(ctx, 1, true)
+	if len(coarse) != 2 || coarse[0].PartitionCount != 2 {
+		t.Fatalf("the first 4h block's downsample is %d 5m blocks (the first of %d partitions); want its 2 partitions", len(coarse), coarse[0].PartitionCount)
+	}
+	for i, start := range []time.Duration{4 * time.Hour, 6 * time.Hour} {
+		for _, b := range w.Generate(blockgen.Options{Tenant: "acme", Start: day().Add(start), Blocks: 1, BlockRange: time.Hour, Series: 20,
+			SamplesPerSeries: 60, Seed: 1527 + int64(i), ThanosFiles: true}) {
+			w.Upload(ctx, "acme", b.Dir)
+		}
+	}
+	settleUntil(t, w, downsampled(2), "acme")
+	raw := live(ctx, 2, false)
+	if len(raw) < 3 || raw[0].PartitionCount < 4 {
+		t.Fatalf("the 8h block is %d partitions of %d; want at least 4 partitions (some may hold no series)", len(raw), raw[0].PartitionCount)
+	}
+	for _, b := range coarse {
+		cur, _, err := w.Store.GetBlock(ctx, "acme", b.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cur.State == protocol.BlockLive {
+			t.Errorf("the coarser 5m block %s (partition %d of %d) is still live beside the 8h block's downsample", b.ID, b.PartitionID, b.PartitionCount)
+		}
+	}
+	// Every partition of the 8h block's series is in a 5m block or
+	// recorded empty by one (a job that found none of its series), which
+	// is what lets the 5m stream merge them later (planning's
+	// partialSource).
+	fine := 1
+	fives := live(ctx, 2, true)
+	for _, b := range fives {
+		fine = max(fine, b.PartitionCount)
+	}
+	for r := range fine {
+		if !slices.ContainsFunc(fives, func(b records.Block) bool {
+			return planning.Holds(b.PartitionCount, b.PartitionID, r, fine) || slices.Contains(b.EmptyPartitions, r%max(b.PartitionCount, 1))
+		}) {
+			t.Errorf("partition %d of %d of the 8h block's series is in no 5m block and recorded empty by none", r, fine)
+		}
+	}
+	groups, err := w.Store.TenantGroups(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	together := 0
+	for _, g := range groups {
+		if g.Key.IsDownsample() && slices.ContainsFunc(raw, func(b records.Block) bool { return b.ID == g.Key.Block }) {
+			if n := len(slices.DeleteFunc(slices.Clone(g.Sources), func(id string) bool {
+				return !slices.ContainsFunc(raw, func(b records.Block) bool { return b.ID == id })
+			})); n > 1 {
+				together++
+			}
+		}
+	}
+	if together == 0 {
+		t.Error("no downsample version took an 8h partition's siblings with it")
+	}
+	if err := w.CheckQuiescent(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if w.ChecksMade()[testworld.CheckDownsampled] == 0 {
+		t.Fatal("the downsampled partitions were not held to the raw samples")
+	}
+}
