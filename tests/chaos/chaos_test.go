@@ -234,9 +234,11 @@ type result struct {
 	requests   map[string]int // by service: DynamoDB, S3, SQS
 	// splits counts the versions of split groups (a block split on
 	// arrival) the seed created, downsamples those of downsample groups,
-	// and partitionedDownsamples the downsample groups whose last version
-	// was written in partitions.
-	splits, downsamples, partitionedDownsamples int
+	// partitionedDownsamples the downsample groups whose last version
+	// was written in partitions, and siblingDownsamples those whose last
+	// version took sibling partitions of its block along (a coarser
+	// downsample replaced, docs/protocol.md).
+	splits, downsamples, partitionedDownsamples, siblingDownsamples int
 	// uploadWait: the seed's ranges waited for their uploads' replicas.
 	uploadWait bool
 }
@@ -640,6 +642,13 @@ func runSeed(t *testing.T, seed int64, emulator string, pl pool) result {
 				if g.Partitions > 1 {
 					res.partitionedDownsamples++
 				}
+				srcs, err := w.Store.GetBlocks(ctx, tenant, g.Sources)
+				if err != nil {
+					res.violations = append(res.violations, fmt.Sprintf("read sources of %s: %v", g.Key, err))
+				}
+				if slices.IndexFunc(srcs, func(b records.Block) bool { return b.Stream == g.Key.Stream && b.ID != g.Key.Block }) >= 0 {
+					res.siblingDownsamples++
+				}
 			}
 		}
 	}
@@ -773,8 +782,9 @@ func report(results []result, failed []int64, wall time.Duration) string {
 	fmt.Fprintf(&b, "blocks split on arrival: %d split versions in %d seeds\n", splits, splitSeeds)
 	downsamples, downsampleSeeds := tally(results, func(r result) int { return r.downsamples })
 	partitioned, partitionedSeeds := tally(results, func(r result) int { return r.partitionedDownsamples })
-	fmt.Fprintf(&b, "blocks downsampled: %d downsample versions in %d seeds; %d downsamples written in partitions, in %d seeds\n",
-		downsamples, downsampleSeeds, partitioned, partitionedSeeds)
+	siblings, siblingSeeds := tally(results, func(r result) int { return r.siblingDownsamples })
+	fmt.Fprintf(&b, "blocks downsampled: %d downsample versions in %d seeds; %d downsamples written in partitions, in %d seeds; %d with sibling partitions, in %d seeds\n",
+		downsamples, downsampleSeeds, partitioned, partitionedSeeds, siblings, siblingSeeds)
 	_, waitSeeds := tally(results, func(r result) int {
 		if r.uploadWait {
 			return 1
