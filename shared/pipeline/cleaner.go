@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -244,43 +245,39 @@ func (c Cleaner) finishComplete(ctx context.Context, head records.Group, parts [
 // partitions hold every series of their residue its sources had, so its
 // sources' empty partitions need not be carried.
 func emptyPartitions(head records.Group, parts []records.Partition, srcs []records.Block) []int {
-	var out []int
-	add := func(p int) {
-		if !slices.Contains(out, p) {
-			out = append(out, p)
-		}
-	}
+	empty := map[int]bool{}
 	if !head.Key.IsDownsample() {
-		if head.Partitions > 1 {
-			for _, p := range parts {
-				if p.Empty {
-					add(p.Index)
-				}
+		for _, p := range parts {
+			if p.Empty && head.Partitions > 1 {
+				empty[p.Index] = true
 			}
 		}
-		slices.Sort(out)
-		return out
+		return slices.Sorted(maps.Keys(empty))
+	}
+	first, err := downsampleJobOf(head, srcs, 0)
+	if err != nil {
+		return nil // no job ran either: the version cannot have completed
 	}
 	for _, p := range parts {
-		job, err := downsampleJobOf(head, srcs, p.Index)
-		if err != nil {
-			return nil // no job ran either: the version cannot have completed
+		if !p.Empty {
+			continue
 		}
-		if p.Empty {
+		if job, err := downsampleJobOf(head, srcs, p.Index); err == nil {
 			if count, id := job.output(); count > 1 {
-				add(id)
+				empty[id] = true
 			}
 		}
-		if n := job.src.PartitionCount; n > 1 {
-			for _, e := range job.src.EmptyPartitions {
-				for j := range job.m {
-					add(e + n*j)
+	}
+	for _, mb := range downsampleMembers(head, srcs) {
+		if n := mb.PartitionCount; n > 1 {
+			for _, e := range mb.EmptyPartitions {
+				for j := range first.m {
+					empty[e+n*j] = true
 				}
 			}
 		}
 	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(empty))
 }
 
 // publishOutputs activates a completed version's PENDING outputs,

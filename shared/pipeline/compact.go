@@ -265,25 +265,25 @@ func (c Compact) fits(ctx context.Context, head records.Group, p int, srcs []rec
 		// and the attempt fails as a deadline one, which is what it is.
 		pol.JobTimeout = min(pol.JobTimeout, left-c.Config.DeadlineMargin)
 	}
-	cands := make([]planning.Candidate, len(srcs))
-	for i, b := range srcs {
-		cands[i] = candidate(b)
-	}
 	if head.Key.IsDownsample() {
 		// The job reads its member, not the blocks it replaces.
 		job, err := downsampleJobOf(head, srcs, p)
 		if err != nil {
 			return records.Failure{Kind: records.FailureTooBig, Message: err.Error()}, false
 		}
-		c := candidate(job.src)
-		ok, why := pol.Fits(pol.EstimateDownsample(c, job.m))
+		member := candidate(job.src)
+		ok, why := pol.Fits(pol.EstimateDownsample(member, job.m))
 		if ok {
 			return records.Failure{}, true
 		}
-		if m, more, _ := pol.SizeDownsample(c); more && m > job.m {
+		if m, more, _ := pol.SizeDownsample(member); more && m > job.m {
 			return records.Failure{Kind: records.FailureDoesNotFit, Message: "the downsample of " + job.src.ID + ": " + why + fmt.Sprintf("; %d partitions would fit", m)}, false
 		}
 		return records.Failure{Kind: records.FailureTooBig, Message: "the downsample of " + job.src.ID + ": " + why}, false
+	}
+	cands := make([]planning.Candidate, len(srcs))
+	for i, b := range srcs {
+		cands[i] = candidate(b)
 	}
 	if head.Key.IsSplit() && len(cands) == 1 {
 		// One job reads the block once and writes every partition: more

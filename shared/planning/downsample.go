@@ -113,18 +113,18 @@ func (p Policy) planDownsample(g GroupKey, blocks []Candidate, now time.Time) De
 		}
 		return d
 	}
-	if u, ok := unmerged(src, blocks); ok {
-		// Asked again when the compaction that merges them retires src
-		// (its output is downsampled instead), or at the recheck.
-		return Decision{Wait: "block " + src.ID + " overlaps block " + u.ID + " of its own stream, which its range's compaction merges it with first", ClosesAt: recheck}
+	// Asked again when the compaction that merges them retires src (its
+	// output is downsampled instead), or at the recheck.
+	if d, ok := unmerged(src, blocks, recheck); ok {
+		return d
 	}
 	members, replaced, wait := downsampleSet(src, own, blocks, recheck)
 	if wait.Wait != "" {
 		return wait
 	}
 	for _, mb := range members[1:] {
-		if u, ok := unmerged(mb, blocks); ok {
-			return Decision{Wait: "block " + mb.ID + " overlaps block " + u.ID + " of its own stream, which its range's compaction merges it with first", ClosesAt: recheck}
+		if d, ok := unmerged(mb, blocks, recheck); ok {
+			return d
 		}
 	}
 	m := 1
@@ -229,18 +229,19 @@ func holdsAny(b Candidate, residues map[int]bool, n int) bool {
 	return false
 }
 
-// unmerged finds a block of mb's own stream over the same time and series
-// (a replica, a late block), which its range's compaction merges with it:
-// downsampling both would write two blocks of the same windows, which the
-// target stream cannot compact.
-func unmerged(mb Candidate, blocks []Candidate) (Candidate, bool) {
+// unmerged is the wait, looked at again at recheck, for a block of mb's
+// own stream over the same time and series (a replica, a late block),
+// which its range's compaction merges with it: downsampling both would
+// write two blocks of the same windows, which the target stream cannot
+// compact.
+func unmerged(mb Candidate, blocks []Candidate, recheck int64) (Decision, bool) {
 	for _, b := range blocks {
 		if b.Stream == mb.Stream && b.ID != mb.ID && (b.Plannable || b.Busy) && b.MinT < mb.MaxT && mb.MinT < b.MaxT &&
 			Holds(b.PartitionCount, b.PartitionID, mb.PartitionID, max(mb.PartitionCount, 1)) {
-			return b, true
+			return Decision{Wait: "block " + mb.ID + " overlaps block " + b.ID + " of its own stream, which its range's compaction merges it with first", ClosesAt: recheck}, true
 		}
 	}
-	return Candidate{}, false
+	return Decision{}, false
 }
 
 // sameSet reports whether a and b name the same sources.

@@ -323,12 +323,12 @@ func (st *Store) ReleaseClaim(ctx context.Context, ref string, b Block, now time
 func (st *Store) Activate(ctx context.Context, b Block, empty []int, now time.Time) (int64, error) {
 	set, vals := "updatedAt = :now", map[string]types.AttributeValue{":now": n(now.UnixMilli())}
 	if len(empty) > 0 {
-		l := make([]types.AttributeValue, len(empty))
-		for i, e := range empty {
-			l[i] = n(int64(e))
+		l, err := attributevalue.Marshal(empty)
+		if err != nil {
+			return 0, fmt.Errorf("activate %s: %w", b.Key(), err)
 		}
 		set += ", emptyParts = :empty"
-		vals[":empty"] = &types.AttributeValueMemberL{Value: l}
+		vals[":empty"] = l
 	}
 	return b.Gen + 1, st.writeBlock(ctx, "activate "+b.Key(), protocol.Activate, b, expect{by: b.ProducedBy}, now, set, "", vals)
 }
